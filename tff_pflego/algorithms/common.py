@@ -1,0 +1,140 @@
+"""Pieces shared by the personalized algorithms: types, client state, pass counting.
+
+Every algorithm's client receives the body weights, its dataset (one full batch) and
+its personal `client state`:
+
+    {client_index: int32, num_classes: int32 (K_i),
+     head: {kernel: float32[M, K_max], bias: float32[K_max]}}
+
+and returns its new client state with the same `client_index`, so the driver can
+match results to clients whatever order a (multi-worker) runtime returns them in.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_pflego.models import heads
+
+BodyFn = Callable[[], tf.keras.Model]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelTypes:
+  """TFF types of one body + padded head configuration."""
+  weights: tff.types.Type  # tff.learning.models.ModelWeights of the body
+  dataset: tff.SequenceType  # {x: float32[n, H, W, C], y: int32[n]}*
+  client_state: tff.types.Type
+  feature_dim: int
+  max_classes: int
+
+
+def model_types(body_fn: BodyFn, image_shape: tuple, max_classes: int) -> ModelTypes:
+  """Derives the TFF types by building the body once in a throw-away graph."""
+  with tf.Graph().as_default():
+    body = body_fn()
+    weights = tff.learning.models.ModelWeights.from_model(body)
+    weights_type = tff.types.tensorflow_to_type(
+        tf.nest.map_structure(lambda v: tf.TensorSpec(v.shape, v.dtype), weights))
+    feature_dim = int(body.output_shape[-1])
+  dataset_type = tff.SequenceType(collections.OrderedDict(
+      x=tff.TensorType(np.float32, (None,) + tuple(image_shape)),
+      y=tff.TensorType(np.int32, (None,))))
+  client_state_type = tff.types.to_type(collections.OrderedDict(
+      client_index=np.int32, num_classes=np.int32,
+      head=collections.OrderedDict(
+          kernel=tff.TensorType(np.float32, (feature_dim, max_classes)),
+          bias=tff.TensorType(np.float32, (max_classes,)))))
+  return ModelTypes(weights_type, dataset_type, client_state_type, feature_dim,
+                    max_classes)
+
+
+def initial_client_state(client_index: int, num_classes: int, feature_dim: int,
+                         max_classes: int, seed: int) -> collections.OrderedDict:
+  """A client's state on its first visit: a fresh Glorot head, seeded by (seed, i)."""
+  rng = np.random.default_rng([seed, client_index])
+  return collections.OrderedDict(
+      client_index=np.int32(client_index), num_classes=np.int32(num_classes),
+      head=heads.initial_head(feature_dim, max_classes, rng))
+
+
+def full_batch(dataset: tf.data.Dataset) -> collections.OrderedDict:
+  """Concatenates all batches of a client dataset into one batch (full-batch GD)."""
+  spec = dataset.element_spec
+  initial = tf.nest.map_structure(
+      lambda s: tf.zeros((0,) + tuple(s.shape[1:]), s.dtype), spec)
+  return dataset.reduce(initial, lambda acc, batch: tf.nest.map_structure(
+      lambda a, b: tf.concat([a, b], 0), acc, batch))
+
+
+def assign_weights(body: tf.keras.Model, weights) -> None:
+  for variable, value in zip(body.trainable_variables, weights.trainable):
+    variable.assign(value)
+  for variable, value in zip(body.non_trainable_variables, weights.non_trainable):
+    variable.assign(value)
+
+
+class BodyPassCounter(tf.Module):
+  """Counts body forward and backward passes as they run (not as written).
+
+  `counted_call(body, x)` runs the body and adds one to `forward`; when a gradient
+  flows back through its output, one is added to `backward`. The variables live in the
+  client computation, so the counts are per client and per round.
+  """
+
+  def __init__(self):
+    super().__init__(name="body_pass_counter")
+    self.forward = tf.Variable(0, dtype=tf.int32, trainable=False, name="forward")
+    self.backward = tf.Variable(0, dtype=tf.int32, trainable=False, name="backward")
+
+  def counted_call(self, body: tf.keras.Model, x: tf.Tensor) -> tf.Tensor:
+    with tf.control_dependencies([self.forward.assign_add(1)]):
+      features = body(x, training=False)
+
+    @tf.custom_gradient
+    def count_backward(f):
+      def grad(upstream):
+        with tf.control_dependencies([self.backward.assign_add(1)]):
+          return tf.identity(upstream)
+      return tf.identity(f), grad
+
+    return count_backward(features)
+
+  def counts(self) -> collections.OrderedDict:
+    return collections.OrderedDict(body_forward_passes=self.forward.read_value(),
+                                   body_backward_passes=self.backward.read_value())
+
+
+def head_gradient_steps(features: tf.Tensor, labels: tf.Tensor, head, mask: tf.Tensor,
+                        num_steps: int, learning_rate: float):
+  """`num_steps` full-batch GD steps on the head alone, on cached features.
+
+  W <- W - lr * grad_W l_i(W; Phi_i). No body pass: `features` are constants here.
+  """
+  def step(i, kernel, bias):
+    with tf.GradientTape() as tape:
+      tape.watch([kernel, bias])
+      loss, _ = heads.head_loss_and_accuracy(features, labels, kernel, bias, mask)
+    g_kernel, g_bias = tape.gradient(loss, [kernel, bias])
+    return i + 1, kernel - learning_rate * g_kernel, bias - learning_rate * g_bias
+
+  _, kernel, bias = tf.while_loop(lambda i, k, b: i < num_steps, step,
+                                  (tf.constant(0), head["kernel"], head["bias"]))
+  return collections.OrderedDict(kernel=kernel, bias=bias)
+
+
+def build_server_optimizer(name: str, learning_rate: float
+                           ) -> tff.learning.optimizers.Optimizer:
+  """Adam with `tf.keras.optimizers.Adam` semantics, or plain SGD."""
+  if name == "adam":
+    return tff.learning.optimizers.build_adam(
+        learning_rate=learning_rate, beta_1=0.9, beta_2=0.999, epsilon=1e-7)
+  if name == "sgd":
+    return tff.learning.optimizers.build_sgdm(learning_rate=learning_rate)
+  raise ValueError(f"unknown server optimizer {name!r}; choose adam or sgd")

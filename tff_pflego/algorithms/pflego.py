@@ -1,0 +1,195 @@
+"""PFLEGO: personalized federated learning with exact stochastic gradient descent.
+
+Model: shared body phi(x; theta) and a personal linear head W_i per client;
+objective L(psi) = sum_i alpha_i l_i(W_i, theta), alpha_i = N_i / N.
+
+One round (Algorithm 1 of the paper), with q = P(i in I_t) = r / I:
+
+  distributor   theta_{t-1} is broadcast to the sampled clients I_t.
+  client work   Phi_i = phi(X_i; theta_{t-1})                  (1 body forward pass)
+                tau - 1 times: W_i <- W_i - beta grad_W l_i(W_i; Phi_i)  (no body pass)
+                g_W, g_i = grad_{W, theta} l_i(W_i, theta_{t-1})  (1 forward + 1 backward)
+                W_i <- W_i - rho (1/q) alpha_i g_W       (exact SGD, eq. 5; default)
+                  or W_i <- W_i - rho (1/q) g_W          (paper eq. 3 / reference code)
+                sends g_i and N_i.
+  aggregator    weighted mean m = sum_{I_t} N_i g_i / sum_{I_t} N_i   (tff.aggregators)
+  estimator     g_hat = (sum_{I_t} N_i / (q N)) m = (1/q) sum_{I_t} alpha_i g_i, unbiased
+                for grad_theta L since E[1{i in I_t}] = q.
+  finalizer     theta_t = Optimizer(theta_{t-1}, g_hat): SGD (theta - rho g_hat, so that
+                with r = I a round is one full-batch GD step on L(psi)) or Adam.
+
+Heads are CLIENTS-placed inputs and outputs of `next`; they never reach the server.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import NamedTuple, Union
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_pflego.algorithms import common
+from tff_pflego.models import heads
+
+HEAD_STEPS = ("exact", "paper_code")
+
+
+class PflegoState(NamedTuple):
+  """Server state: body weights, the composed parts' states and the round number."""
+  body: tff.learning.models.ModelWeights
+  distributor: object
+  aggregator: object
+  finalizer: object
+  round_num: object
+
+
+def build_pflego_client_work(body_fn: common.BodyFn, types: common.ModelTypes, *,
+                             local_steps: int, client_lr: float, server_lr: float,
+                             participation_prob: float, total_examples: int,
+                             head_step: str = "exact") -> tff.Computation:
+  """The client computation (body weights, dataset, client state) -> client output."""
+  if head_step not in HEAD_STEPS:
+    raise ValueError(f"head_step must be one of {HEAD_STEPS}, got {head_step!r}")
+  head_scale = server_lr / participation_prob
+  max_classes = types.max_classes
+
+  @tff.tensorflow.computation(types.weights, types.dataset, types.client_state)
+  def client_work(weights, dataset, client_state):
+    body = body_fn()
+    counter = common.BodyPassCounter()
+
+    @tf.function
+    def update(weights, dataset, client_state):
+      common.assign_weights(body, weights)
+      batch = common.full_batch(dataset)
+      x, y = batch["x"], batch["y"]
+      num_examples = tf.cast(tf.shape(y)[0], tf.float32)
+      mask = heads.class_mask(client_state["num_classes"], max_classes)
+
+      cached_features = counter.counted_call(body, x)
+      head = common.head_gradient_steps(cached_features, y, client_state["head"], mask,
+                                        local_steps - 1, client_lr)
+      with tf.GradientTape() as tape:
+        tape.watch(head)
+        loss, accuracy = heads.head_loss_and_accuracy(
+            counter.counted_call(body, x), y, head["kernel"], head["bias"], mask)
+      body_grads, head_grads = tape.gradient(loss, (body.trainable_variables, head))
+
+      step = head_scale * (num_examples / total_examples if head_step == "exact" else 1.0)
+      new_head = tf.nest.map_structure(lambda w, g: w - step * g, head, head_grads)
+      new_state = collections.OrderedDict(
+          client_index=client_state["client_index"],
+          num_classes=client_state["num_classes"], head=new_head)
+      metrics = collections.OrderedDict(
+          client_index=client_state["client_index"], loss=loss, accuracy=accuracy,
+          num_examples=num_examples, **counter.counts())
+      return collections.OrderedDict(update=body_grads, update_weight=num_examples,
+                                     client_state=new_state, metrics=metrics)
+
+    return update(weights, dataset, client_state)
+
+  return client_work
+
+
+def build_pflego_process(
+    body_fn: common.BodyFn, *, image_shape: tuple, max_classes: int,
+    total_examples: int, participation_prob: float, local_steps: int,
+    client_lr: float, server_lr: float,
+    server_optimizer: Union[str, tff.learning.optimizers.Optimizer] = "adam",
+    head_step: str = "exact") -> tff.templates.IterativeProcess:
+  """Builds PFLEGO as a `tff.templates.IterativeProcess` (see the module docstring).
+
+  Args:
+    body_fn: no-arg callable building the Keras body (called inside computations).
+    image_shape: shape of one input example, e.g. (28, 28, 1).
+    max_classes: K_max; heads are padded to it and masked to each client's K_i.
+    total_examples: N = sum_i N_i over ALL clients (for alpha_i = N_i / N).
+    participation_prob: q = r / I (fixed r) or pi (Binomial participation).
+    local_steps: tau >= 1; tau - 1 head-only steps precede the joint gradient.
+    client_lr: beta, the head-only step size.
+    server_lr: rho, the server (and final head) step size.
+    server_optimizer: "adam", "sgd" or a `tff.learning.optimizers.Optimizer`.
+    head_step: "exact" (rho/q * alpha_i, eq. 5) or "paper_code" (rho/q, eq. 3).
+
+  Returns:
+    A process with `initialize() -> PflegoState@SERVER` and
+    `next(state, client_data, client_states) -> (state, client_states, metrics)`, where
+    `client_data` are `{x, y}` datasets and `client_states` the clients' heads
+    (`common.initial_client_state`), both CLIENTS-placed; `metrics` holds `train`
+    (aggregates @SERVER) and `clients` (per-client loss, accuracy and body pass
+    counts @CLIENTS, each with its `client_index`).
+  """
+  if local_steps < 1:
+    raise ValueError(f"local_steps must be >= 1, got {local_steps}")
+  if not 0 < participation_prob <= 1:
+    raise ValueError(f"participation_prob must be in (0, 1], got {participation_prob}")
+  types = common.model_types(body_fn, image_shape, max_classes)
+  if isinstance(server_optimizer, str):
+    server_optimizer = common.build_server_optimizer(server_optimizer, server_lr)
+
+  distributor = tff.learning.templates.build_broadcast_process(types.weights)
+  client_work = build_pflego_client_work(
+      body_fn, types, local_steps=local_steps, client_lr=client_lr,
+      server_lr=server_lr, participation_prob=participation_prob,
+      total_examples=total_examples, head_step=head_step)
+  update_type = types.weights.trainable
+  aggregator = tff.aggregators.MeanFactory().create(update_type, tff.TensorType(np.float32))
+  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
+      server_optimizer, types.weights)
+
+  @tff.tensorflow.computation
+  def initial_body():
+    return tff.learning.models.ModelWeights.from_model(body_fn())
+
+  @tff.federated_computation
+  def initialize():
+    return tff.federated_zip(PflegoState(
+        body=tff.federated_eval(initial_body, tff.SERVER),
+        distributor=distributor.initialize(), aggregator=aggregator.initialize(),
+        finalizer=finalizer.initialize(),
+        round_num=tff.federated_value(np.int32(0), tff.SERVER)))
+
+  @tff.tensorflow.computation(update_type, np.float32)
+  def unbiased_estimate(weighted_mean, participating_examples):
+    scale = participating_examples / (participation_prob * total_examples)
+    return tf.nest.map_structure(lambda m: scale * m, weighted_mean)
+
+  @tff.tensorflow.computation(np.int32)
+  def increment(round_num):
+    return round_num + 1
+
+  state_type = initialize.type_signature.result
+
+  @tff.federated_computation(state_type, tff.FederatedType(types.dataset, tff.CLIENTS),
+                             tff.FederatedType(types.client_state, tff.CLIENTS))
+  def next_fn(state, client_data, client_states):
+    distributed = distributor.next(state.distributor, state.body)
+    outputs = tff.federated_map(client_work,
+                                (distributed.result, client_data, client_states))
+    aggregated = aggregator.next(state.aggregator, outputs.update, outputs.update_weight)
+    participating_examples = tff.federated_sum(outputs.update_weight)
+    estimate = tff.federated_map(unbiased_estimate,
+                                 (aggregated.result, participating_examples))
+    finalized = finalizer.next(state.finalizer, state.body, estimate)
+    new_state = tff.federated_zip(PflegoState(
+        body=finalized.result, distributor=distributed.state,
+        aggregator=aggregated.state, finalizer=finalized.state,
+        round_num=tff.federated_map(increment, state.round_num)))
+    train_metrics = tff.federated_zip(collections.OrderedDict(
+        loss=tff.federated_mean(outputs.metrics.loss, outputs.update_weight),
+        accuracy=tff.federated_mean(outputs.metrics.accuracy, outputs.update_weight),
+        num_examples=participating_examples,
+        num_clients=tff.federated_sum(
+            tff.federated_value(np.int32(1), tff.CLIENTS)),
+        update_non_finite=finalized.measurements.update_non_finite))
+    metrics = collections.OrderedDict(train=train_metrics, clients=outputs.metrics)
+    return new_state, outputs.client_state, metrics
+
+  return tff.templates.IterativeProcess(initialize, next_fn)
+
+
+def body_weights(state: PflegoState) -> tff.learning.models.ModelWeights:
+  """The body weights held in a server state returned by `initialize` or `next`."""
+  return state.body

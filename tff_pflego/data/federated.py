@@ -1,0 +1,197 @@
+"""Federated client datasets: a TFDS builder whose splits are the clients.
+
+`ClientSplits` writes one TFRecord file per client and part (`client00017_train`,
+`client00017_test`), holding the client's examples with labels already re-indexed to
+0..K_i-1. The clients' `tf.data` pipelines open their own file by client id inside
+the TFF computation (`ClientData.from_clients_and_tf_fn`), so a round sends client
+ids, not serialized datasets, and the data never passes through Python.
+
+Each element of a client dataset is `{"x": float32 [n, H, W, C] in [0, 1],
+"y": int32 [n]}`; the whole client is one batch (full-batch GD, as in the paper).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+import tensorflow_federated as tff
+
+from tff_pflego.data import partition as partition_lib
+from tff_pflego.data import sources
+from tff_pflego.errors import UserError
+
+FULL_BATCH = 1 << 30
+PARTS = ("train", "test")
+
+
+def client_id(index: int) -> str:
+  return f"{index:05d}"
+
+
+def split_name(index_or_id, part: str) -> str:
+  cid = index_or_id if isinstance(index_or_id, str) else client_id(index_or_id)
+  return f"client{cid}_{part}"
+
+
+class ClientSplits(tfds.core.GeneratorBasedBuilder):
+  """One split per client and part; see the module docstring."""
+
+  VERSION = tfds.core.Version("1.0.0")
+  BUILDER_CONFIGS = []
+
+  def __init__(self, *, image_shape: tuple[int, ...],
+               partition: partition_lib.ClientPartition | None = None,
+               arrays_fn: Callable[[], dict[str, sources.Arrays]] | None = None,
+               **kwargs):
+    self._image_shape = tuple(image_shape)
+    self._partition = partition
+    self._arrays_fn = arrays_fn
+    super().__init__(**kwargs)
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return tfds.core.DatasetInfo(
+        builder=self,
+        description="Personalized federated clients (tff_pflego).",
+        features=tfds.features.FeaturesDict({
+            "image": tfds.features.Tensor(shape=self._image_shape, dtype=tf.uint8),
+            "label": tfds.features.Tensor(shape=(), dtype=tf.int64),
+        }),
+    )
+
+  def _split_generators(self, dl_manager):
+    if self._partition is None or self._arrays_fn is None:
+      raise ValueError("ClientSplits needs a partition and arrays to be prepared")
+    arrays = self._arrays_fn()
+    p = self._partition
+    generators = {}
+    for i in range(p.num_clients):
+      for part, indices, source in (("train", p.train_indices[i], p.train_source),
+                                    ("test", p.test_indices[i], p.test_source)):
+        generators[split_name(i, part)] = self._generate_examples(
+            arrays[source].images[indices],
+            p.local_labels(i, arrays[source].labels[indices]))
+    return generators
+
+  def _generate_examples(self, images: np.ndarray, labels: np.ndarray):
+    for j, (image, label) in enumerate(zip(images, labels)):
+      yield j, {"image": image, "label": label}
+
+
+@dataclasses.dataclass
+class FederatedData:
+  """Train and test `ClientData` of one partitioned dataset, plus its bookkeeping."""
+  spec: sources.DatasetSpec
+  personalization: str
+  seed: int
+  partition: partition_lib.ClientPartition
+  train: tff.simulation.datasets.ClientData
+  test: tff.simulation.datasets.ClientData
+  manifest_path: str
+
+  @property
+  def client_ids(self) -> list[str]:
+    return self.train.client_ids
+
+  @property
+  def num_clients(self) -> int:
+    return self.partition.num_clients
+
+  @property
+  def num_train_examples(self) -> np.ndarray:
+    return np.array([len(i) for i in self.partition.train_indices], np.int64)
+
+  @property
+  def num_test_examples(self) -> np.ndarray:
+    return np.array([len(i) for i in self.partition.test_indices], np.int64)
+
+  @property
+  def num_classes(self) -> np.ndarray:
+    """K_i for every client."""
+    return np.array([len(c) for c in self.partition.class_sets], np.int64)
+
+  def client_arrays(self, index: int, part: str = "train") -> tuple[np.ndarray, np.ndarray]:
+    """One client's full batch as numpy (x, y): for tests and plain-TF baselines."""
+    data = self.train if part == "train" else self.test
+    batch = next(iter(data.create_tf_dataset_for_client(client_id(index))))
+    return batch["x"].numpy(), batch["y"].numpy()
+
+
+def make_client_dataset_fn(builder: tfds.core.DatasetBuilder,
+                           part: str) -> Callable[[tf.Tensor], tf.data.Dataset]:
+  """A tf_fn from a client id (tf.string) to that client's full-batch dataset."""
+  prefix = os.path.join(builder.data_dir, f"{builder.name}-client")
+  suffix = f"_{part}.{tfds.core.file_adapters.FileFormat.TFRECORD.value}-00000-of-00001"
+  features = builder.info.features
+
+  def preprocess(example):
+    return {"x": tf.cast(example["image"], tf.float32) / 255.0,
+            "y": tf.cast(example["label"], tf.int32)}
+
+  def dataset_fn(cid: tf.Tensor) -> tf.data.Dataset:
+    path = tf.strings.join([prefix, cid, suffix])
+    return (tf.data.TFRecordDataset(path)
+            .map(features.deserialize_example, num_parallel_calls=tf.data.AUTOTUNE)
+            .map(preprocess).batch(FULL_BATCH))
+
+  return dataset_fn
+
+
+def partition_name(dataset: str, personalization: str, num_clients: int, seed: int) -> str:
+  return f"{dataset}_{personalization}_i{num_clients}_s{seed}"
+
+
+def load_federated_data(dataset: str, personalization: str, num_clients: int,
+                        seed: int = 0, data_dir: str = sources.DEFAULT_DATA_DIR,
+                        raw_data_dir: str = sources.DEFAULT_RAW_DATA_DIR) -> FederatedData:
+  """Partitions `dataset` into `num_clients` clients (once) and serves them.
+
+  The first call prepares the base dataset through TFDS, partitions it
+  (`tff_pflego.data.partition`), writes one TFRecord file per client and part and a
+  manifest (`<data_dir>/partitions/<name>/manifest.json`); later calls read both back.
+  """
+  spec = sources.get_dataset_spec(dataset)
+  if num_clients < 1:
+    raise UserError(f"num_clients must be >= 1, got {num_clients}")
+  if spec.partition == "classes":
+    k = partition_lib.classes_per_client(personalization, spec.num_classes)
+  name = partition_name(dataset, personalization, num_clients, seed)
+  manifest_path = os.path.join(data_dir, "partitions", name, "manifest.json")
+  builder_kwargs = dict(image_shape=spec.image_shape,
+                        data_dir=os.path.join(data_dir, "tfds", "clients", name))
+
+  if os.path.exists(manifest_path):
+    with open(manifest_path) as f:
+      partition = partition_lib.ClientPartition.from_json(json.load(f))
+    builder = ClientSplits(**builder_kwargs)
+    if not os.path.exists(os.path.join(builder.data_dir, "dataset_info.json")):
+      raise UserError(f"{manifest_path} exists but its client files are missing "
+                      f"under {builder.data_dir}; delete the manifest to rebuild")
+  else:
+    arrays = sources.load_arrays(spec, data_dir, raw_data_dir)
+    if spec.partition == "classes":
+      partition = partition_lib.partition_by_classes(
+          arrays["train"].labels, arrays["test"].labels, num_clients, k, seed)
+    else:
+      partition = partition_lib.partition_by_alphabet(
+          arrays["all"].labels, arrays["all"].groups, num_clients, seed)
+    builder = ClientSplits(partition=partition, arrays_fn=lambda: arrays, **builder_kwargs)
+    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+        compute_stats=tfds.download.ComputeStatsMode.SKIP))
+    os.makedirs(os.path.dirname(manifest_path), exist_ok=True)
+    manifest = {"dataset": dataset, "personalization": personalization,
+                "num_clients": num_clients, "seed": seed, **partition.to_json()}
+    tmp = manifest_path + ".tmp"
+    with open(tmp, "w") as f:
+      json.dump(manifest, f)
+    os.replace(tmp, manifest_path)
+
+  ids = [client_id(i) for i in range(partition.num_clients)]
+  train, test = (tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
+      ids, make_client_dataset_fn(builder, part)) for part in PARTS)
+  return FederatedData(spec, personalization, seed, partition, train, test, manifest_path)
