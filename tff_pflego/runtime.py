@@ -168,3 +168,17 @@ def local_execution_context(default_num_clients: int = 0, ready_timeout: float =
     if channel is not None:
       channel.close()
     worker.stop()
+
+
+class _NoImplicitWorkerContext(tff.framework.SyncContext):
+  """Refuses to run computations: use `local_execution_context` (or your own)."""
+
+  def invoke(self, comp, arg):
+    raise RuntimeError(
+        "no TFF execution context: run inside tff_pflego.runtime.local_execution_context()"
+        " or set one with tff.backends.native.set_sync_local_cpp_execution_context()")
+
+
+def forbid_implicit_workers() -> None:
+  """Replaces TFF's default context, which would start an unmanaged worker_binary."""
+  tff.framework.set_default_context(_NoImplicitWorkerContext())

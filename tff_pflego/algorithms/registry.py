@@ -1,0 +1,73 @@
+"""What the driver needs of an algorithm, and how each algorithm is built by name."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import tensorflow_federated as tff
+
+from tff_pflego.algorithms import common, pflego
+from tff_pflego.models import build_body
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmConfig:
+  """Everything an algorithm's construction depends on."""
+  body: str  # key into tff_pflego.models.BODIES
+  image_shape: tuple
+  max_classes: int
+  total_examples: int
+  participation_prob: float
+  local_steps: int
+  client_lr: float
+  server_lr: float
+  server_optimizer: str = "adam"
+  head_step: str = "exact"
+  seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class PersonalizedAlgorithm:
+  """An iterative process `next(state, client_data, client_states)` and its helpers."""
+  name: str
+  process: tff.templates.IterativeProcess
+  body_fn: common.BodyFn
+  types: common.ModelTypes
+  body_weights: Callable[[Any], tff.learning.models.ModelWeights]
+  initial_client_state: Callable[[int, int], collections.OrderedDict]
+
+
+def _build_pflego(config: AlgorithmConfig) -> PersonalizedAlgorithm:
+  body_fn = functools.partial(build_body, config.body, config.image_shape, config.seed)
+  types = common.model_types(body_fn, config.image_shape, config.max_classes)
+  process = pflego.build_pflego_process(
+      body_fn, image_shape=config.image_shape, max_classes=config.max_classes,
+      total_examples=config.total_examples,
+      participation_prob=config.participation_prob, local_steps=config.local_steps,
+      client_lr=config.client_lr, server_lr=config.server_lr,
+      server_optimizer=config.server_optimizer, head_step=config.head_step)
+  return PersonalizedAlgorithm(
+      name="pflego", process=process, body_fn=body_fn, types=types,
+      body_weights=pflego.body_weights,
+      initial_client_state=functools.partial(
+          _initial_client_state, types=types, seed=config.seed))
+
+
+def _initial_client_state(client_index: int, num_classes: int, *,
+                          types: common.ModelTypes, seed: int):
+  return common.initial_client_state(client_index, num_classes, types.feature_dim,
+                                     types.max_classes, seed)
+
+
+ALGORITHMS: dict[str, Callable[[AlgorithmConfig], PersonalizedAlgorithm]] = {
+    "pflego": _build_pflego,
+}
+
+
+def build_algorithm(name: str, config: AlgorithmConfig) -> PersonalizedAlgorithm:
+  if name not in ALGORITHMS:
+    raise ValueError(f"unknown algorithm {name!r}; available: {', '.join(ALGORITHMS)}")
+  return ALGORITHMS[name](config)

@@ -1,0 +1,1 @@
+"""The training loop around an algorithm: sampling, client store, evaluation, logs."""
