@@ -1,0 +1,25 @@
+"""Shared fixtures: one private TFF runtime for the whole session, small real data."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from tff_pflego import runtime  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tff_context():
+  """Every test runs on one private worker, stopped when the session ends."""
+  runtime.forbid_implicit_workers()
+  with runtime.local_execution_context() as worker:
+    yield worker
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory) -> str:
+  """A session-wide data dir; FASHION_MNIST prepared once into it by the tests using it."""
+  return os.environ.get("TFF_PFLEGO_TEST_DATA_DIR") or str(tmp_path_factory.mktemp("data"))

@@ -1,0 +1,84 @@
+"""Small synthetic problems and a plain-Keras central reference for PFLEGO."""
+
+from __future__ import annotations
+
+import collections
+import functools
+
+import numpy as np
+import tensorflow as tf
+
+from tff_pflego.algorithms import common
+from tff_pflego.models import build_body
+
+IMAGE_SHAPE = (4, 4, 1)
+body_fn = functools.partial(build_body, "mlp", IMAGE_SHAPE, 3)
+
+
+def synthetic_clients(sizes, num_classes, seed=0):
+  """Per client: (x, y) numpy arrays with labels in 0..K_i-1."""
+  rng = np.random.default_rng(seed)
+  return [(rng.random((n,) + IMAGE_SHAPE, np.float32),
+           rng.integers(0, k, n).astype(np.int32)) for n, k in zip(sizes, num_classes)]
+
+
+def as_dataset(x, y, batch_size=4):
+  return tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict(x=x, y=y)).batch(batch_size)
+
+
+def client_states(num_classes, max_classes, seed=0):
+  return [common.initial_client_state(i, k, 200, max_classes, seed)
+          for i, k in enumerate(num_classes)]
+
+
+def keras_model(body_weights, head, num_classes):
+  """Body + Dense(K_i) head as ONE plain Keras model, weights copied in."""
+  body = body_fn()
+  model = tf.keras.Sequential([body, tf.keras.layers.Dense(num_classes)])
+  model.build((None,) + IMAGE_SHAPE)
+  for v, w in zip(body.trainable_variables, body_weights):
+    v.assign(w)
+  model.layers[-1].kernel.assign(head["kernel"][:, :num_classes])
+  model.layers[-1].bias.assign(head["bias"][:num_classes])
+  return model
+
+
+def loss_fn(model, x, y):
+  return tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
+      y, model(x), from_logits=True))
+
+
+def head_presteps(body_weights, head, k, x, y, steps, lr):
+  """tau-1 head-only GD steps computed by a plain Keras model (recomputing features)."""
+  model = keras_model(body_weights, head, k)
+  for _ in range(steps):
+    with tf.GradientTape() as tape:
+      loss = loss_fn(model, x, y)
+    grads = tape.gradient(loss, model.layers[-1].trainable_variables)
+    for v, g in zip(model.layers[-1].trainable_variables, grads):
+      v.assign_sub(lr * g)
+  return model
+
+
+def central_gradients(body_weights, heads, num_classes, data, presteps=0, lr=0.0):
+  """Exact grad of L(psi) = sum_i alpha_i l_i over body and every head.
+
+  Returns (grad_body, [grad_head_i], [model_i]); heads first take `presteps` head-only
+  GD steps (PFLEGO's tau - 1), so the gradient is taken where PFLEGO takes it.
+  """
+  total = sum(len(y) for _, y in data)
+  models = [head_presteps(body_weights, h, k, x, y, presteps, lr)
+            for h, k, (x, y) in zip(heads, num_classes, data)]
+  grad_body = [np.zeros_like(w) for w in body_weights]
+  grad_heads = []
+  for model, (x, y) in zip(models, data):
+    alpha = len(y) / total
+    with tf.GradientTape() as tape:
+      loss = alpha * loss_fn(model, x, y)
+    body_vars = model.layers[0].trainable_variables
+    head_vars = model.layers[-1].trainable_variables
+    g = tape.gradient(loss, body_vars + head_vars)
+    grad_body = [a + b.numpy() for a, b in zip(grad_body, g[:len(body_vars)])]
+    grad_heads.append([t.numpy() for t in g[len(body_vars):]])
+  return grad_body, grad_heads, models

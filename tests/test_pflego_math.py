@@ -1,0 +1,215 @@
+"""PFLEGO's numbers against a central plain-Keras computation of grad L(psi)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import helpers
+from tff_pflego.algorithms import common, pflego
+
+SIZES = (5, 8, 11)
+NUM_CLASSES = (2, 3, 3)  # K_i differ: heads padded to 3 and masked
+MAX_CLASSES = 3
+BETA, RHO = 0.3, 0.2
+
+
+def build(num_clients_total, participation_prob, local_steps, optimizer="sgd",
+          total_examples=None, head_step="exact"):
+  return pflego.build_pflego_process(
+      helpers.body_fn, image_shape=helpers.IMAGE_SHAPE, max_classes=MAX_CLASSES,
+      total_examples=total_examples, participation_prob=participation_prob,
+      local_steps=local_steps, client_lr=BETA, server_lr=RHO,
+      server_optimizer=optimizer, head_step=head_step)
+
+
+@pytest.mark.parametrize("local_steps", [1, 4])
+def test_full_participation_round_is_one_full_batch_gd_step(local_steps):
+  data = helpers.synthetic_clients(SIZES, NUM_CLASSES)
+  process = build(3, 1.0, local_steps, total_examples=sum(SIZES))
+  state = process.initialize()
+  states = helpers.client_states(NUM_CLASSES, MAX_CLASSES)
+  theta = [np.asarray(w) for w in state.body.trainable]
+
+  new_state, new_states, metrics = process.next(
+      state, [helpers.as_dataset(x, y) for x, y in data], states)
+
+  grad_body, grad_heads, models = helpers.central_gradients(
+      theta, [s["head"] for s in states], NUM_CLASSES, data,
+      presteps=local_steps - 1, lr=BETA)
+  for got, w, g in zip(new_state.body.trainable, theta, grad_body):
+    np.testing.assert_allclose(got, w - RHO * g, atol=1e-5, rtol=1e-5)
+  by_index = {int(s["client_index"]): s for s in new_states}
+  for i, (model, (g_kernel, g_bias)) in enumerate(zip(models, grad_heads)):
+    k = NUM_CLASSES[i]
+    head = by_index[i]["head"]
+    kernel, bias = (v.numpy() for v in model.layers[-1].trainable_variables)
+    np.testing.assert_allclose(head["kernel"][:, :k], kernel - RHO * g_kernel,
+                               atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(head["bias"][:k], bias - RHO * g_bias, atol=1e-5)
+    # Absent classes' rows are untouched by masking.
+    np.testing.assert_array_equal(head["kernel"][:, k:], states[i]["head"]["kernel"][:, k:])
+  assert int(new_state.round_num) == 1
+  assert float(metrics["train"]["num_examples"]) == sum(SIZES)
+
+
+def _estimate(process, state, data, states, subset):
+  new_state, new_states, _ = process.next(
+      state, [helpers.as_dataset(*data[i]) for i in subset], [states[i] for i in subset])
+  theta = [np.asarray(w) for w in state.body.trainable]
+  estimate = [(w - np.asarray(n)) / RHO for w, n in zip(theta, new_state.body.trainable)]
+  return estimate, {int(s["client_index"]): s["head"] for s in new_states}
+
+
+def test_fixed_participation_estimator_is_unbiased_over_all_subsets():
+  sizes, num_classes = (4, 7, 9, 6), (2, 2, 3, 3)
+  data = helpers.synthetic_clients(sizes, num_classes, seed=1)
+  process = build(4, 2 / 4, local_steps=2, total_examples=sum(sizes))
+  state = process.initialize()
+  states = helpers.client_states(num_classes, MAX_CLASSES)
+  theta = [np.asarray(w) for w in state.body.trainable]
+  exact, grad_heads, models = helpers.central_gradients(
+      theta, [s["head"] for s in states], num_classes, data, presteps=1, lr=BETA)
+
+  subsets = list(itertools.combinations(range(4), 2))
+  assert len(subsets) == 6
+  estimates = []
+  for subset in subsets:
+    estimate, heads = _estimate(process, state, data, states, subset)
+    estimates.append(estimate)
+    for i in subset:  # final head step: rho * (I/r) * alpha_i * grad_W l_i
+      kernel = models[i].layers[-1].kernel.numpy()
+      np.testing.assert_allclose(heads[i]["kernel"][:, :num_classes[i]],
+                                 kernel - RHO * 2 * grad_heads[i][0], atol=1e-5)
+  for layer, g in enumerate(exact):
+    mean = np.mean([e[layer] for e in estimates], axis=0)
+    np.testing.assert_allclose(mean, g, atol=2e-5, rtol=1e-4)
+  # A single subset's estimate is NOT the gradient (the test can fail).
+  assert not np.allclose(estimates[0][0], exact[0], atol=1e-4)
+
+
+def test_binomial_participation_estimator_is_unbiased():
+  sizes, num_classes, pi = (4, 7, 9), (2, 3, 3), 0.3
+  data = helpers.synthetic_clients(sizes, num_classes, seed=2)
+  process = build(3, pi, local_steps=1, total_examples=sum(sizes))
+  state = process.initialize()
+  states = helpers.client_states(num_classes, MAX_CLASSES)
+  theta = [np.asarray(w) for w in state.body.trainable]
+  exact, _, _ = helpers.central_gradients(theta, [s["head"] for s in states],
+                                          num_classes, data)
+  expectation = [np.zeros_like(g) for g in exact]
+  for mask in itertools.product([0, 1], repeat=3):
+    subset = [i for i in range(3) if mask[i]]
+    if not subset:
+      continue  # nobody reports: the estimate is 0
+    p = pi ** len(subset) * (1 - pi) ** (3 - len(subset))
+    estimate, _ = _estimate(process, state, data, states, subset)
+    expectation = [a + p * e for a, e in zip(expectation, estimate)]
+  for got, g in zip(expectation, exact):
+    np.testing.assert_allclose(got, g, atol=2e-5, rtol=1e-4)
+
+
+def test_paper_code_head_step_drops_alpha():
+  data = helpers.synthetic_clients(SIZES, NUM_CLASSES)
+  process = build(3, 1.0, 1, total_examples=sum(SIZES), head_step="paper_code")
+  state = process.initialize()
+  states = helpers.client_states(NUM_CLASSES, MAX_CLASSES)
+  theta = [np.asarray(w) for w in state.body.trainable]
+  _, grad_heads, models = helpers.central_gradients(
+      theta, [s["head"] for s in states], NUM_CLASSES, data)
+  _, new_states, _ = process.next(state, [helpers.as_dataset(x, y) for x, y in data],
+                                  states)
+  for s in new_states:
+    i = int(s["client_index"])
+    alpha = SIZES[i] / sum(SIZES)
+    kernel = models[i].layers[-1].kernel.numpy()
+    np.testing.assert_allclose(s["head"]["kernel"][:, :NUM_CLASSES[i]],
+                               kernel - RHO * grad_heads[i][0] / alpha, atol=1e-5)
+
+
+def test_server_adam_matches_keras_adam_over_rounds():
+  data = helpers.synthetic_clients(SIZES, NUM_CLASSES)
+  process = build(3, 1.0, 1, optimizer="adam", total_examples=sum(SIZES))
+  state = process.initialize()
+  states = helpers.client_states(NUM_CLASSES, MAX_CLASSES)
+  theta = [tf.Variable(np.asarray(w)) for w in state.body.trainable]
+  heads = [s["head"] for s in states]
+  keras_adam = tf.keras.optimizers.legacy.Adam(learning_rate=RHO, beta_1=0.9,
+                                               beta_2=0.999, epsilon=1e-7)
+  datasets = [helpers.as_dataset(x, y) for x, y in data]
+  for _ in range(3):
+    grad_body, grad_heads, models = helpers.central_gradients(
+        [v.numpy() for v in theta], heads, NUM_CLASSES, data)
+    keras_adam.apply_gradients(zip(grad_body, theta))
+    heads = [dict(kernel=np.concatenate([m.layers[-1].kernel.numpy() - RHO * g[0],
+                                         h["kernel"][:, k:]], 1),
+                  bias=np.concatenate([m.layers[-1].bias.numpy() - RHO * g[1],
+                                       h["bias"][k:]]))
+             for m, g, h, k in zip(models, grad_heads, heads, NUM_CLASSES)]
+    state, states, _ = process.next(state, datasets, states)
+    states = sorted(states, key=lambda s: int(s["client_index"]))
+    # Adam divides by sqrt(v) + eps, so an entry whose gradient is near eps turns
+    # float32 summation-order noise of the gradients into a visible step difference:
+    # allow it on at most 1% of entries; the semantics are pinned on identical
+    # gradients below. A wrong beta, eps or bias correction moves entries by O(rho).
+    for got, want in zip(state.body.trainable, theta):
+      np.testing.assert_allclose(got, want.numpy(), atol=1e-4)
+      assert np.mean(np.abs(got - want.numpy()) < 1e-6) > 0.99
+
+
+def test_server_optimizer_on_identical_gradients_is_keras_adam():
+  """Same gradients in, same weights out: Keras-Adam semantics (b1 .9, b2 .999, eps 1e-7).
+
+  Reference: the update in float64, w -= lr sqrt(1-b2^t)/(1-b1^t) m / (sqrt(v) + eps).
+  TFF's Adam and Keras' legacy Adam meet it to float32 precision; Keras 2.14's new Adam
+  evaluates it in another float32 order and lands ~1e-6 (relative 1e-5) away.
+  """
+  rng = np.random.default_rng(5)
+  w = rng.normal(size=(3, 4)).astype(np.float32)
+  optimizer = common.build_server_optimizer("adam", RHO)
+  opt_state = optimizer.initialize([tf.TensorSpec((3, 4), tf.float32)])
+  ours = [tf.constant(w)]
+  legacy, new = tf.Variable(w), tf.Variable(w)
+  keras_legacy = tf.keras.optimizers.legacy.Adam(learning_rate=RHO, epsilon=1e-7)
+  keras_new = tf.keras.optimizers.Adam(learning_rate=RHO, epsilon=1e-7)
+  ref, m, v = w.astype(np.float64), 0.0, 0.0
+  for t in range(1, 6):
+    g = (rng.normal(size=(3, 4)) * 10.0 ** -t).astype(np.float32)
+    opt_state, ours = optimizer.next(opt_state, ours, [tf.constant(g)])
+    keras_legacy.apply_gradients([(tf.constant(g), legacy)])
+    keras_new.apply_gradients([(tf.constant(g), new)])
+    m = 0.9 * m + 0.1 * g
+    v = 0.999 * v + 0.001 * g.astype(np.float64) ** 2
+    ref = ref - RHO * np.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t) * m / (np.sqrt(v) + 1e-7)
+    np.testing.assert_allclose(ours[0], ref, atol=3e-7)
+    np.testing.assert_allclose(ours[0], legacy.numpy(), atol=3e-7)
+    np.testing.assert_allclose(ours[0], new.numpy(), rtol=2e-5, atol=3e-6)
+
+
+@pytest.mark.parametrize("local_steps", [1, 3, 20])
+def test_body_passes_are_counted_two_forward_one_backward(local_steps):
+  data = helpers.synthetic_clients(SIZES, NUM_CLASSES)
+  process = build(3, 1.0, local_steps, total_examples=sum(SIZES))
+  _, _, metrics = process.next(process.initialize(),
+                               [helpers.as_dataset(x, y) for x, y in data],
+                               helpers.client_states(NUM_CLASSES, MAX_CLASSES))
+  assert [int(c["body_forward_passes"]) for c in metrics["clients"]] == [2, 2, 2]
+  assert [int(c["body_backward_passes"]) for c in metrics["clients"]] == [1, 1, 1]
+
+
+def test_head_steps_on_cached_features_equal_steps_recomputing_features():
+  (x, y), = helpers.synthetic_clients((9,), (3,), seed=4)
+  body = helpers.body_fn()
+  head = helpers.client_states((3,), 3)[0]["head"]
+  features = body(x)
+  cached = common.head_gradient_steps(features, tf.constant(y), dict(head),
+                                      tf.constant([True, True, True]), 5, BETA)
+  recomputed = helpers.head_presteps([v.numpy() for v in body.trainable_variables],
+                                     head, 3, x, y, 5, BETA)
+  np.testing.assert_allclose(cached["kernel"], recomputed.layers[-1].kernel.numpy(),
+                             atol=1e-6)
+  np.testing.assert_allclose(cached["bias"], recomputed.layers[-1].bias.numpy(), atol=1e-6)
+  assert not np.allclose(cached["kernel"], head["kernel"])  # the steps did something
