@@ -11,6 +11,10 @@ metrics.csv, rounds.csv, clients.csv, summary.json, curves.png, tensorboard/.
 from __future__ import annotations
 
 
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow loads
+
 from absl import flags
 
 from tff_pflego import cli

@@ -23,13 +23,14 @@ def _parse_flags(argv: list[str]) -> list[str]:
 
 
 def run_main(main: Callable[[list[str]], None]) -> None:
+  from tff_pflego import runtime
+  runtime.forbid_implicit_workers()  # also drops TFF's default, which errs at exit
+
   def guarded(argv: list[str]) -> None:
     if len(argv) > 1:
       print(f"error: unexpected positional arguments: {' '.join(argv[1:])}",
             file=sys.stderr)
       sys.exit(2)
-    from tff_pflego import runtime
-    runtime.forbid_implicit_workers()
     try:
       main(argv)
     except UserError as e:

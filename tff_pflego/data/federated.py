@@ -61,6 +61,7 @@ class ClientSplits(tfds.core.GeneratorBasedBuilder):
     return tfds.core.DatasetInfo(
         builder=self,
         description="Personalized federated clients (tff_pflego).",
+        disable_shuffling=True,  # files keep the manifest's example order
         features=tfds.features.FeaturesDict({
             "image": tfds.features.Tensor(shape=self._image_shape, dtype=np.uint8,
                                           encoding=tfds.features.Encoding.BYTES),
@@ -185,6 +186,7 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
       partition = partition_lib.partition_by_alphabet(
           arrays["all"].labels, arrays["all"].groups, num_clients, seed)
     builder = ClientSplits(partition=partition, arrays_fn=lambda: arrays, **builder_kwargs)
+    tfds.disable_progress_bar()  # one bar per client split would flood the log
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
         compute_stats=tfds.download.ComputeStatsMode.SKIP))
     os.makedirs(os.path.dirname(manifest_path), exist_ok=True)

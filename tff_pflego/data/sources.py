@@ -142,6 +142,7 @@ def load_arrays(spec: DatasetSpec, data_dir: str,
         manual_dir=manual_dir,
         download_mode=tfds.download.GenerateMode.REUSE_DATASET_IF_EXISTS)
     try:
+      tfds.disable_progress_bar()
       builder.download_and_prepare(download_config=config)
     except (ValueError, OSError, EOFError) as e:
       raise UserError(

@@ -1,0 +1,42 @@
+"""Bodies and heads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_pflego.models import build_body, feature_dim, heads
+
+
+@pytest.mark.parametrize("name,shape,m", [("mlp", (28, 28, 1), 200),
+                                          ("cifar_cnn", (32, 32, 3), 192),
+                                          ("conv4", (28, 28, 1), 64)])
+def test_body_plus_head_equals_one_keras_model(name, shape, m):
+  body = build_body(name, shape, seed=0)
+  assert feature_dim(body) == m
+  head = heads.build_head(5)
+  model = tf.keras.Sequential([body, head])
+  x = np.random.default_rng(0).random((3,) + shape).astype(np.float32)
+  logits = model(x)
+  ours = heads.head_logits(body(x), head.kernel, head.bias)
+  np.testing.assert_allclose(ours, logits, atol=1e-5)
+
+
+def test_masked_padded_head_equals_small_head():
+  rng = np.random.default_rng(1)
+  features = tf.constant(rng.normal(size=(6, 8)).astype(np.float32))
+  y = tf.constant([0, 1, 2, 1, 0, 2])
+  kernel = tf.constant(rng.normal(size=(8, 5)).astype(np.float32))
+  bias = tf.constant(rng.normal(size=(5,)).astype(np.float32))
+  mask = heads.class_mask(3, 5)
+  with tf.GradientTape(persistent=True) as tape:
+    tape.watch([kernel, bias])
+    padded, acc_padded = heads.head_loss_and_accuracy(features, y, kernel, bias, mask)
+    small, acc_small = heads.head_loss_and_accuracy(features, y, kernel[:, :3], bias[:3])
+  np.testing.assert_allclose(padded, small, rtol=1e-6)
+  assert float(acc_padded) == float(acc_small)
+  g_padded = tape.gradient(padded, kernel).numpy()
+  g_small = tape.gradient(small, kernel).numpy()
+  np.testing.assert_allclose(g_padded[:, :3], g_small[:, :3], atol=1e-6)
+  assert np.all(g_padded[:, 3:] == 0)
