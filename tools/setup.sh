@@ -18,6 +18,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
 fi
 
+root=$(pwd)
+cat > .bazelrc.user <<BAZELRC
+common --override_repository=rules_java=/usr/share/bazel/rules/java
+common --override_repository=rules_cc=$root/tools/bazel/rules_cc
+common --override_repository=remote_coverage_tools=$root/tools/bazel/remote_coverage_tools
+build --python_path=$root/.venv/bin/python
+BAZELRC
+
 PY=${PYTHON:-python3}
 stamp_hash=$(cat requirements.lock setup.cfg | sha256sum | cut -c1-16)
 stamp=.venv/.installed-$stamp_hash

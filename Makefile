@@ -1,0 +1,26 @@
+# tff-pflego. Every target sets itself up first (tools/setup.sh is idempotent).
+PY := .venv/bin/python
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+
+.PHONY: setup run test bazel-build bazel-test benchmark
+
+setup:
+	@bash tools/setup.sh
+
+## The main job: PFLEGO, real Fashion-MNIST, High-Pers, the paper's hyperparameters.
+run: setup
+	$(PY) binaries/train.py --dataset=fashion_mnist --personalization=high \
+	    --eval_every=10 --output_dir=runs/fashion_mnist_high --overwrite
+
+## The whole test suite.
+test: setup
+	$(PY) -m pytest tests -q --durations=10
+
+bazel-build: setup
+	bazel build //...
+
+bazel-test: setup
+	bazel test //...
+
+benchmark: setup
+	$(PY) binaries/benchmark_pflego.py --output_dir=runs/benchmark
