@@ -1,0 +1,194 @@
+r"""PFLEGO benchmark: accuracy at the paper's setting, and TFF's overhead per round.
+
+  python binaries/benchmark_pflego.py --output_dir=runs/benchmark
+
+1. Accuracy: Fashion-MNIST, High-Pers, I=100, r=20, tau=50, T=200, beta=.006,
+   rho=.002, Adam (the paper's experiment, `binaries/train.py` defaults); checks
+   `final.test_accuracy_sampled_pooled` and `final.test_accuracy_mean` against
+   --target_accuracy. `--accuracy_run=DIR` reuses a finished run instead.
+2. Overhead: the same PFLEGO rounds (same clients, same client function
+   `pflego.make_client_update`, same optimizer) run (a) under TFF's runtime and (b) as a
+   plain `tf.function` loop, interleaved round by round in one process; the body after
+   the rounds must agree. Goal: TFF / plain <= 1.3.
+
+Writes benchmark.json and benchmark.png to --output_dir and prints a table.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow loads
+
+import collections
+import json
+import time
+
+from absl import flags
+import numpy as np
+
+from tff_pflego import cli
+
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/benchmark", "Where results go.")
+_ACCURACY_RUN = flags.DEFINE_string(
+    "accuracy_run", None, "A finished paper-setting run to read instead of training.")
+_SKIP_ACCURACY = flags.DEFINE_bool("skip_accuracy", False, "Only measure the overhead.")
+_OVERHEAD_ROUNDS = flags.DEFINE_integer("overhead_rounds", 20, "Rounds timed per mode.")
+_TARGET = flags.DEFINE_float("target_accuracy", 0.975, "Accuracy goal (fraction).")
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "Prepared data (default: data/).")
+
+
+def accuracy_part(output_dir: str) -> dict:
+  from tff_pflego.experiment import ExperimentConfig, run_experiment
+  if _ACCURACY_RUN.value:
+    with open(os.path.join(_ACCURACY_RUN.value, "summary.json")) as f:
+      summary = json.load(f)
+  else:
+    config = ExperimentConfig(dataset="fashion_mnist", personalization="high",
+                              eval_every=10, output_dir=os.path.join(output_dir, "paper_run"),
+                              overwrite=True)
+    if _DATA_DIR.value:
+      config.data_dir = _DATA_DIR.value
+    summary = run_experiment(config)
+  final = summary["final"]
+  return dict(run=summary.get("partition_manifest"), final=final,
+              time_per_round_s=summary["time_per_round_s"],
+              wall_time_s=summary["wall_time_s"],
+              meets_target={k: final[k] >= _TARGET.value for k in
+                            ("test_accuracy_mean", "test_accuracy_sampled_pooled")})
+
+
+def overhead_part(num_rounds: int) -> dict:
+  import tensorflow as tf
+  import tensorflow_federated as tff
+  from tff_pflego import runtime
+  from tff_pflego.algorithms import AlgorithmConfig, build_algorithm, common, pflego
+  from tff_pflego.data import load_federated_data
+  from tff_pflego.training.client_store import ClientStateStore
+  from tff_pflego.training.sampling import ClientSampler
+
+  kwargs = {"data_dir": _DATA_DIR.value} if _DATA_DIR.value else {}
+  data = load_federated_data("fashion_mnist", "high", 100, seed=0, **kwargs)
+  sampler = ClientSampler(100, clients_per_round=20, seed=0)
+  config = AlgorithmConfig(
+      body="mlp", image_shape=(28, 28, 1), max_classes=2,
+      total_examples=int(data.num_train_examples.sum()), participation_prob=0.2,
+      local_steps=50, client_lr=0.006, server_lr=0.002, server_optimizer="adam")
+  hparams = dict(local_steps=config.local_steps, client_lr=config.client_lr,
+                 server_lr=config.server_lr,
+                 participation_prob=config.participation_prob,
+                 total_examples=config.total_examples)
+
+  with runtime.local_execution_context():
+    algorithm = build_algorithm("pflego", config)
+    process = tff.simulation.compose_dataset_computation_with_iterative_process(
+        data.train.dataset_computation, algorithm.process)
+    state = process.initialize()
+
+    # Plain TF: the same client function, a Keras body, the same TFF optimizer, eager.
+    body = algorithm.body_fn()
+    update = tf.function(pflego.make_client_update(
+        body, common.BodyPassCounter(), max_classes=2, **hparams))
+    optimizer = common.build_server_optimizer("adam", config.server_lr)
+    theta = [tf.constant(w) for w in state.body.trainable]
+    opt_state = optimizer.initialize([tf.TensorSpec(w.shape, w.dtype) for w in theta])
+    cached = {}
+
+    def plain_round(indices, states):
+      nonlocal theta, opt_state
+      weights = tff.learning.models.ModelWeights(trainable=theta, non_trainable=[])
+      total, weighted, new_states = 0.0, None, []
+      for i, s in zip(indices, states):
+        if i not in cached:  # the client's data, read through the same tf_fn once
+          cached[i] = data.train.create_tf_dataset_for_client(data.client_ids[i]).cache()
+        out = update(weights, cached[i], s)
+        n = float(out["update_weight"])
+        total += n
+        g = [n * u for u in out["update"]]
+        weighted = g if weighted is None else [a + b for a, b in zip(weighted, g)]
+        new_states.append(out["client_state"])
+      estimate = [w / (config.participation_prob * config.total_examples)
+                  for w in weighted]
+      opt_state, theta = optimizer.next(opt_state, theta, estimate)
+      return new_states
+
+    init = lambda i: algorithm.initial_client_state(i, 2)
+    tff_store, plain_store = ClientStateStore(init), ClientStateStore(init)
+    times = collections.defaultdict(list)
+    for r in range(num_rounds + 1):  # round 0 warms both up (tracing) and is not timed
+      indices = sampler.sample()
+      t0 = time.perf_counter()
+      state, states, _ = process.next(state, [data.client_ids[i] for i in indices],
+                                      tff_store.get(indices))
+      t1 = time.perf_counter()
+      plain_states = plain_round(indices, plain_store.get(indices))
+      t2 = time.perf_counter()
+      tff_store.update(states, indices)
+      plain_store.update([tf.nest.map_structure(lambda t: t.numpy(), s)
+                          for s in plain_states], indices)
+      if r > 0:
+        times["tff"].append(t1 - t0)
+        times["plain"].append(t2 - t1)
+    max_diff = max(float(np.max(np.abs(np.asarray(a) - b.numpy())))
+                   for a, b in zip(state.body.trainable, theta))
+  tff_s, plain_s = np.median(times["tff"]), np.median(times["plain"])
+  return dict(rounds=num_rounds, clients_per_round=20, local_steps=50,
+              tff_round_s=float(tff_s), plain_round_s=float(plain_s),
+              ratio=float(tff_s / plain_s), goal_ratio=1.3,
+              max_abs_body_difference=max_diff, times=dict(times))
+
+
+def plot(path: str, results: dict) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  panels = [p for p in ("overhead", "accuracy") if p in results]
+  fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4),
+                           constrained_layout=True, squeeze=False)
+  for ax, panel in zip(axes[0], panels):
+    if panel == "overhead":
+      o = results["overhead"]
+      bars = ax.bar(["plain tf.function", "TFF runtime"],
+                    [o["plain_round_s"], o["tff_round_s"]], color=["tab:gray", "tab:blue"])
+      ax.bar_label(bars, fmt="%.3f s")
+      ax.set(ylabel="seconds per round (median)",
+             title=f"Same PFLEGO rounds: TFF / plain = {o['ratio']:.2f} (goal ≤ 1.3)")
+    else:
+      final = results["accuracy"]["final"]
+      keys = ["test_accuracy_mean", "test_accuracy_sampled_pooled"]
+      bars = ax.bar(["all clients\n(mean)", "sampled clients\n(pooled, ref. code)"],
+                    [100 * final[k] for k in keys], color=["tab:blue", "tab:green"])
+      ax.bar_label(bars, fmt="%.2f")
+      ax.axhline(100 * _TARGET.value, color="tab:red", ls="--", label="target")
+      ax.axhline(96.34, color="gray", ls=":", label="paper (96.34)")
+      ax.set(ylim=(85, 100), ylabel="test accuracy (%)",
+             title="Fashion-MNIST High-Pers, paper setting")
+      ax.legend(loc="lower right")
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def main(argv) -> None:
+  os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
+  results = {}
+  if not _SKIP_ACCURACY.value:
+    results["accuracy"] = accuracy_part(_OUTPUT_DIR.value)
+  results["overhead"] = overhead_part(_OVERHEAD_ROUNDS.value)
+  with open(os.path.join(_OUTPUT_DIR.value, "benchmark.json"), "w") as f:
+    json.dump(results, f, indent=2)
+  plot(os.path.join(_OUTPUT_DIR.value, "benchmark.png"), results)
+  o = results["overhead"]
+  print(f"\nTFF overhead over {o['rounds']} rounds (20 clients, tau=50), median s/round:")
+  print(f"  plain tf.function {o['plain_round_s']:.3f}   TFF {o['tff_round_s']:.3f}   "
+        f"ratio {o['ratio']:.2f} (goal <= 1.3)   "
+        f"max |theta_TFF - theta_plain| = {o['max_abs_body_difference']:.2e}")
+  if "accuracy" in results:
+    a = results["accuracy"]
+    for key, ok in a["meets_target"].items():
+      print(f"  {key:30s} {a['final'][key]:.4f}  "
+            f"{'meets' if ok else 'MISSES'} target {_TARGET.value}")
+  print(f"  wrote {_OUTPUT_DIR.value}/benchmark.json, benchmark.png")
+
+
+if __name__ == "__main__":
+  cli.run_main(main)

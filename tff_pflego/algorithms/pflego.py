@@ -45,50 +45,58 @@ class PflegoState(NamedTuple):
   round_num: object
 
 
-def build_pflego_client_work(body_fn: common.BodyFn, types: common.ModelTypes, *,
-                             local_steps: int, client_lr: float, server_lr: float,
-                             participation_prob: float, total_examples: int,
-                             head_step: str = "exact") -> tff.Computation:
-  """The client computation (body weights, dataset, client state) -> client output."""
+def make_client_update(body: tf.keras.Model, counter: common.BodyPassCounter, *,
+                       max_classes: int, local_steps: int, client_lr: float,
+                       server_lr: float, participation_prob: float,
+                       total_examples: int, head_step: str = "exact"):
+  """PFLEGO's client update as a plain TF function of (weights, dataset, client state).
+
+  Used inside the TFF client computation and, unchanged, by the plain-TF benchmark.
+  """
   if head_step not in HEAD_STEPS:
     raise ValueError(f"head_step must be one of {HEAD_STEPS}, got {head_step!r}")
   head_scale = server_lr / participation_prob
-  max_classes = types.max_classes
+
+  def update(weights, dataset, client_state):
+    common.assign_weights(body, weights)
+    batch = common.full_batch(dataset)
+    x, y = batch["x"], batch["y"]
+    num_examples = tf.cast(tf.shape(y)[0], tf.float32)
+    mask = heads.class_mask(client_state["num_classes"], max_classes)
+
+    cached_features = counter.counted_call(body, x)
+    head = common.head_gradient_steps(cached_features, y, client_state["head"], mask,
+                                      local_steps - 1, client_lr)
+    with tf.GradientTape() as tape:
+      tape.watch(head)
+      loss, accuracy = heads.head_loss_and_accuracy(
+          counter.counted_call(body, x), y, head["kernel"], head["bias"], mask)
+    body_grads, head_grads = tape.gradient(loss, (body.trainable_variables, head))
+
+    step = head_scale * (num_examples / total_examples if head_step == "exact" else 1.0)
+    new_head = tf.nest.map_structure(lambda w, g: w - step * g, head, head_grads)
+    new_state = collections.OrderedDict(
+        client_index=client_state["client_index"],
+        num_classes=client_state["num_classes"], head=new_head)
+    metrics = collections.OrderedDict(
+        client_index=client_state["client_index"], loss=loss, accuracy=accuracy,
+        num_examples=num_examples, **counter.counts())
+    return collections.OrderedDict(update=body_grads, update_weight=num_examples,
+                                   client_state=new_state, metrics=metrics)
+
+  return update
+
+
+def build_pflego_client_work(body_fn: common.BodyFn, types: common.ModelTypes,
+                             **hparams) -> tff.Computation:
+  """The client computation (body weights, dataset, client state) -> client output."""
 
   @tff.tensorflow.computation(types.weights, types.dataset, types.client_state)
   def client_work(weights, dataset, client_state):
-    body = body_fn()
     counter = common.BodyPassCounter()
-
-    @tf.function
-    def update(weights, dataset, client_state):
-      common.assign_weights(body, weights)
-      batch = common.full_batch(dataset)
-      x, y = batch["x"], batch["y"]
-      num_examples = tf.cast(tf.shape(y)[0], tf.float32)
-      mask = heads.class_mask(client_state["num_classes"], max_classes)
-
-      cached_features = counter.counted_call(body, x)
-      head = common.head_gradient_steps(cached_features, y, client_state["head"], mask,
-                                        local_steps - 1, client_lr)
-      with tf.GradientTape() as tape:
-        tape.watch(head)
-        loss, accuracy = heads.head_loss_and_accuracy(
-            counter.counted_call(body, x), y, head["kernel"], head["bias"], mask)
-      body_grads, head_grads = tape.gradient(loss, (body.trainable_variables, head))
-
-      step = head_scale * (num_examples / total_examples if head_step == "exact" else 1.0)
-      new_head = tf.nest.map_structure(lambda w, g: w - step * g, head, head_grads)
-      new_state = collections.OrderedDict(
-          client_index=client_state["client_index"],
-          num_classes=client_state["num_classes"], head=new_head)
-      metrics = collections.OrderedDict(
-          client_index=client_state["client_index"], loss=loss, accuracy=accuracy,
-          num_examples=num_examples, **counter.counts())
-      return collections.OrderedDict(update=body_grads, update_weight=num_examples,
-                                     client_state=new_state, metrics=metrics)
-
-    return update(weights, dataset, client_state)
+    update = make_client_update(body_fn(), counter, max_classes=types.max_classes,
+                                **hparams)
+    return tf.function(update)(weights, dataset, client_state)
 
   return client_work
 
