@@ -120,7 +120,7 @@ class OmniglotArrays(tfds.core.GeneratorBasedBuilder):
     )
 
   def _split_generators(self, dl_manager):
-    return {"all": self._generate_examples(dl_manager.manual_dir)}
+    return {"drawings": self._generate_examples(dl_manager.manual_dir)}
 
   def _generate_examples(self, manual_dir: str) -> Iterator:
     character_alphabet = _character_to_alphabet(

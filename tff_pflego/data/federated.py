@@ -184,7 +184,7 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
           arrays["train"].labels, arrays["test"].labels, num_clients, k, seed)
     else:
       partition = partition_lib.partition_by_alphabet(
-          arrays["all"].labels, arrays["all"].groups, num_clients, seed)
+          arrays["drawings"].labels, arrays["drawings"].groups, num_clients, seed)
     builder = ClientSplits(partition=partition, arrays_fn=lambda: arrays, **builder_kwargs)
     tfds.disable_progress_bar()  # one bar per client split would flood the log
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(

@@ -146,7 +146,7 @@ def partition_by_classes(train_labels: np.ndarray, test_labels: np.ndarray,
 
 def partition_by_alphabet(labels: np.ndarray, alphabets: np.ndarray, num_clients: int,
                           seed: int, train_fraction: float = 0.75,
-                          source: str = "all") -> ClientPartition:
+                          source: str = "drawings") -> ClientPartition:
   """Omniglot: client i holds alphabet i, each character split 75/25 train/test."""
   num_alphabets = int(alphabets.max()) + 1
   if not 1 <= num_clients <= num_alphabets:

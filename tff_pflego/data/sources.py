@@ -149,7 +149,7 @@ def load_arrays(spec: DatasetSpec, data_dir: str,
           f"{spec.display_name}: could not prepare from {manual_dir}: "
           f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
   if spec.partition == "alphabets":
-    return {"all": _to_arrays(builder, "all", group_key="alphabet")}
+    return {"drawings": _to_arrays(builder, "drawings", group_key="alphabet")}
   return {split: _to_arrays(builder, split) for split in ("train", "test")}
 
 
