@@ -23,11 +23,11 @@ def build_head(num_classes: int, name: str = "head") -> tf.keras.layers.Dense:
 
 def initial_head(feature_dim: int, max_classes: int, rng: np.random.Generator
                  ) -> collections.OrderedDict:
-  """Glorot-uniform kernel (Keras' Dense default), zero bias; numpy float32."""
-  limit = np.sqrt(6.0 / (feature_dim + max_classes))
+  """PyTorch's Linear default, U(+-1/sqrt(M)) for kernel and bias (see models.bodies)."""
+  limit = 1.0 / np.sqrt(feature_dim)
   return collections.OrderedDict(
       kernel=rng.uniform(-limit, limit, (feature_dim, max_classes)).astype(np.float32),
-      bias=np.zeros(max_classes, np.float32))
+      bias=rng.uniform(-limit, limit, max_classes).astype(np.float32))
 
 
 def class_mask(num_classes: tf.Tensor, max_classes: int) -> tf.Tensor:
