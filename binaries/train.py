@@ -38,6 +38,9 @@ _SERVER_OPTIMIZER = flags.DEFINE_string("server_optimizer", None, "adam (paper) 
 _HEAD_STEP = flags.DEFINE_string(
     "head_step", "exact", "Final head step: exact (rho/q*alpha_i, eq. 5) or "
     "paper_code (rho/q, eq. 3 and the reference code).")
+_HEAD_OPTIMIZER = flags.DEFINE_string(
+    "head_optimizer", "gd", "The tau-1 head-only steps: gd (the paper) or monotone_gd "
+    "(a step that would increase l_i is refused and the step size halved).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of partition, initialization, sampling.")
 _EVAL_EVERY = flags.DEFINE_integer("eval_every", 1, "Evaluate all clients every N rounds.")
 _SAMPLED_EVAL = flags.DEFINE_bool(
@@ -61,7 +64,8 @@ def main(argv: list[str]) -> None:
       participation_prob=_PARTICIPATION_PROB.value, rounds=_ROUNDS.value,
       local_steps=_LOCAL_STEPS.value, client_lr=_CLIENT_LR.value,
       server_lr=_SERVER_LR.value, server_optimizer=_SERVER_OPTIMIZER.value,
-      head_step=_HEAD_STEP.value, seed=_SEED.value, eval_every=_EVAL_EVERY.value,
+      head_step=_HEAD_STEP.value, head_optimizer=_HEAD_OPTIMIZER.value,
+      seed=_SEED.value, eval_every=_EVAL_EVERY.value,
       sampled_eval=_SAMPLED_EVAL.value, data_dir=_DATA_DIR.value,
       raw_data_dir=_RAW_DATA_DIR.value, overwrite=_OVERWRITE.value,
       progress=_PROGRESS.value)

@@ -214,3 +214,38 @@ def test_head_steps_on_cached_features_equal_steps_recomputing_features():
                              atol=1e-6)
   np.testing.assert_allclose(cached["bias"], recomputed.layers[-1].bias.numpy(), atol=1e-6)
   assert not np.allclose(cached["kernel"], head["kernel"])  # the steps did something
+
+
+def _head_setup(scale):
+  (x, y), = helpers.synthetic_clients((30,), (3,), seed=6)
+  features = tf.constant(scale * helpers.body_fn()(x).numpy())
+  head = {k: tf.constant(v) for k, v in helpers.client_states((3,), 3)[0]["head"].items()}
+  return features, tf.constant(y), head, tf.constant([True, True, True])
+
+
+def _loss(features, y, head, mask):
+  from tff_pflego.models import heads
+  return float(heads.head_loss_and_accuracy(features, y, head["kernel"], head["bias"],
+                                            mask)[0])
+
+
+def test_monotone_head_steps_equal_gd_when_gd_is_stable():
+  features, y, head, mask = _head_setup(1.0)
+  gd = common.head_gradient_steps(features, y, head, mask, 10, 0.05, "gd")
+  mono = common.head_gradient_steps(features, y, head, mask, 10, 0.05, "monotone_gd")
+  np.testing.assert_allclose(mono["kernel"], gd["kernel"], atol=1e-7)
+  assert _loss(features, y, gd, mask) < _loss(features, y, head, mask)
+
+
+def test_monotone_head_steps_never_increase_the_loss_when_gd_diverges():
+  features, y, head, mask = _head_setup(30.0)  # large features: beta far above 2/L
+  start = _loss(features, y, head, mask)
+  losses_gd, losses_mono = [], []
+  for steps in range(1, 12):
+    losses_gd.append(_loss(features, y, common.head_gradient_steps(
+        features, y, head, mask, steps, 0.5, "gd"), mask))
+    losses_mono.append(_loss(features, y, common.head_gradient_steps(
+        features, y, head, mask, steps, 0.5, "monotone_gd"), mask))
+  assert max(losses_gd) > start  # plain GD oscillates upward here
+  assert all(b <= a + 1e-6 for a, b in zip([start] + losses_mono, losses_mono))
+  assert losses_mono[-1] < start

@@ -13,6 +13,7 @@ from typing import Optional
 from tff_pflego import config as config_lib
 from tff_pflego import runtime
 from tff_pflego.algorithms import AlgorithmConfig, build_algorithm
+from tff_pflego.algorithms.common import HEAD_OPTIMIZERS
 from tff_pflego.algorithms.pflego import HEAD_STEPS
 from tff_pflego.data import load_federated_data, sources
 from tff_pflego.errors import UserError
@@ -42,6 +43,7 @@ class ExperimentConfig:
   server_lr: Optional[float] = None
   server_optimizer: Optional[str] = None
   head_step: str = "exact"
+  head_optimizer: str = "gd"
   seed: int = 0
   eval_every: int = 1
   sampled_eval: bool = True
@@ -72,6 +74,9 @@ def resolve(config: ExperimentConfig) -> ExperimentConfig:
   _check(c.server_lr > 0, f"--server_lr must be > 0, got {c.server_lr}")
   _check(c.head_step in HEAD_STEPS,
          f"--head_step must be one of {', '.join(HEAD_STEPS)}, got {c.head_step!r}")
+  _check(c.head_optimizer in HEAD_OPTIMIZERS,
+         f"--head_optimizer must be one of {', '.join(HEAD_OPTIMIZERS)}, "
+         f"got {c.head_optimizer!r}")
   _check(c.server_optimizer in ("adam", "sgd"),
          f"--server_optimizer must be adam or sgd, got {c.server_optimizer!r}")
   _check(c.clients_per_round is None or c.participation_prob is None,
@@ -120,7 +125,8 @@ def run_experiment(config: ExperimentConfig) -> dict:
       total_examples=int(data.num_train_examples.sum()),
       participation_prob=sampler.participation_prob, local_steps=c.local_steps,
       client_lr=c.client_lr, server_lr=c.server_lr,
-      server_optimizer=c.server_optimizer, head_step=c.head_step, seed=c.seed)
+      server_optimizer=c.server_optimizer, head_step=c.head_step,
+      head_optimizer=c.head_optimizer, seed=c.seed)
   metadata = dict(dataset=c.dataset, algorithm=c.algorithm,
                   personalization=c.personalization,
                   hyperparameters=dataclasses.asdict(algorithm_config) | dict(

@@ -111,21 +111,41 @@ class BodyPassCounter(tf.Module):
                                    body_backward_passes=self.backward.read_value())
 
 
-def head_gradient_steps(features: tf.Tensor, labels: tf.Tensor, head, mask: tf.Tensor,
-                        num_steps: int, learning_rate: float):
-  """`num_steps` full-batch GD steps on the head alone, on cached features.
+HEAD_OPTIMIZERS = ("gd", "monotone_gd")
 
-  W <- W - lr * grad_W l_i(W; Phi_i). No body pass: `features` are constants here.
+
+def head_gradient_steps(features: tf.Tensor, labels: tf.Tensor, head, mask: tf.Tensor,
+                        num_steps: int, learning_rate: float, optimizer: str = "gd"):
+  """`num_steps` full-batch steps on the head alone, on cached features (no body pass).
+
+  gd:          W <- W - lr grad_W l_i(W; Phi_i).
+  monotone_gd: the same step, accepted only if l_i does not increase; otherwise W stays
+               and lr is halved for the remaining steps. l_i never increases (the spec
+               allows any head optimizer that does not increase l_i); with lr < 2/L it
+               takes exactly gd's steps. Costs one more head-only loss per step.
   """
-  def step(i, kernel, bias):
+  if optimizer not in HEAD_OPTIMIZERS:
+    raise ValueError(f"head optimizer must be one of {HEAD_OPTIMIZERS}, got {optimizer!r}")
+
+  def loss_and_grads(kernel, bias):
     with tf.GradientTape() as tape:
       tape.watch([kernel, bias])
       loss, _ = heads.head_loss_and_accuracy(features, labels, kernel, bias, mask)
-    g_kernel, g_bias = tape.gradient(loss, [kernel, bias])
-    return i + 1, kernel - learning_rate * g_kernel, bias - learning_rate * g_bias
+    return loss, tape.gradient(loss, [kernel, bias])
 
-  _, kernel, bias = tf.while_loop(lambda i, k, b: i < num_steps, step,
-                                  (tf.constant(0), head["kernel"], head["bias"]))
+  def step(i, kernel, bias, lr):
+    loss, (g_kernel, g_bias) = loss_and_grads(kernel, bias)
+    new_kernel, new_bias = kernel - lr * g_kernel, bias - lr * g_bias
+    if optimizer == "gd":
+      return i + 1, new_kernel, new_bias, lr
+    new_loss, _ = heads.head_loss_and_accuracy(features, labels, new_kernel, new_bias, mask)
+    accept = new_loss <= loss
+    return (i + 1, tf.where(accept, new_kernel, kernel), tf.where(accept, new_bias, bias),
+            tf.where(accept, lr, lr / 2))
+
+  _, kernel, bias, _ = tf.while_loop(
+      lambda i, k, b, lr: i < num_steps, step,
+      (tf.constant(0), head["kernel"], head["bias"], tf.constant(learning_rate, tf.float32)))
   return collections.OrderedDict(kernel=kernel, bias=bias)
 
 

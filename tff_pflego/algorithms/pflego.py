@@ -7,7 +7,8 @@ One round (Algorithm 1 of the paper), with q = P(i in I_t) = r / I:
 
   distributor   theta_{t-1} is broadcast to the sampled clients I_t.
   client work   Phi_i = phi(X_i; theta_{t-1})                  (1 body forward pass)
-                tau - 1 times: W_i <- W_i - beta grad_W l_i(W_i; Phi_i)  (no body pass)
+                tau - 1 times: W_i <- W_i - beta grad_W l_i(W_i; Phi_i)  (no body pass;
+                  or monotone GD, which never increases l_i)
                 g_W, g_i = grad_{W, theta} l_i(W_i, theta_{t-1})  (1 forward + 1 backward)
                 W_i <- W_i - rho (1/q) alpha_i g_W       (exact SGD, eq. 5; default)
                   or W_i <- W_i - rho (1/q) g_W          (paper eq. 3 / reference code)
@@ -48,7 +49,8 @@ class PflegoState(NamedTuple):
 def make_client_update(body: tf.keras.Model, counter: common.BodyPassCounter, *,
                        max_classes: int, local_steps: int, client_lr: float,
                        server_lr: float, participation_prob: float,
-                       total_examples: int, head_step: str = "exact"):
+                       total_examples: int, head_step: str = "exact",
+                       head_optimizer: str = "gd"):
   """PFLEGO's client update as a plain TF function of (weights, dataset, client state).
 
   Used inside the TFF client computation and, unchanged, by the plain-TF benchmark.
@@ -66,7 +68,7 @@ def make_client_update(body: tf.keras.Model, counter: common.BodyPassCounter, *,
 
     cached_features = counter.counted_call(body, x)
     head = common.head_gradient_steps(cached_features, y, client_state["head"], mask,
-                                      local_steps - 1, client_lr)
+                                      local_steps - 1, client_lr, head_optimizer)
     with tf.GradientTape() as tape:
       tape.watch(head)
       loss, accuracy = heads.head_loss_and_accuracy(
@@ -106,7 +108,8 @@ def build_pflego_process(
     total_examples: int, participation_prob: float, local_steps: int,
     client_lr: float, server_lr: float,
     server_optimizer: Union[str, tff.learning.optimizers.Optimizer] = "adam",
-    head_step: str = "exact") -> tff.templates.IterativeProcess:
+    head_step: str = "exact", head_optimizer: str = "gd"
+) -> tff.templates.IterativeProcess:
   """Builds PFLEGO as a `tff.templates.IterativeProcess` (see the module docstring).
 
   Args:
@@ -120,6 +123,8 @@ def build_pflego_process(
     server_lr: rho, the server (and final head) step size.
     server_optimizer: "adam", "sgd" or a `tff.learning.optimizers.Optimizer`.
     head_step: "exact" (rho/q * alpha_i, eq. 5) or "paper_code" (rho/q, eq. 3).
+    head_optimizer: "gd" or "monotone_gd" for the tau - 1 head-only steps
+      (`common.head_gradient_steps`).
 
   Returns:
     A process with `initialize() -> PflegoState@SERVER` and
@@ -141,7 +146,7 @@ def build_pflego_process(
   client_work = build_pflego_client_work(
       body_fn, types, local_steps=local_steps, client_lr=client_lr,
       server_lr=server_lr, participation_prob=participation_prob,
-      total_examples=total_examples, head_step=head_step)
+      total_examples=total_examples, head_step=head_step, head_optimizer=head_optimizer)
   update_type = types.weights.trainable
   aggregator = tff.aggregators.MeanFactory().create(update_type, tff.TensorType(np.float32))
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(

@@ -26,6 +26,7 @@ class AlgorithmConfig:
   server_lr: float
   server_optimizer: str = "adam"
   head_step: str = "exact"
+  head_optimizer: str = "gd"
   seed: int = 0
 
 
@@ -48,7 +49,8 @@ def _build_pflego(config: AlgorithmConfig) -> PersonalizedAlgorithm:
       total_examples=config.total_examples,
       participation_prob=config.participation_prob, local_steps=config.local_steps,
       client_lr=config.client_lr, server_lr=config.server_lr,
-      server_optimizer=config.server_optimizer, head_step=config.head_step)
+      server_optimizer=config.server_optimizer, head_step=config.head_step,
+      head_optimizer=config.head_optimizer)
   return PersonalizedAlgorithm(
       name="pflego", process=process, body_fn=body_fn, types=types,
       body_weights=pflego.body_weights,
