@@ -77,7 +77,8 @@ def overhead_part(num_rounds: int) -> dict:
   hparams = dict(local_steps=config.local_steps, client_lr=config.client_lr,
                  server_lr=config.server_lr,
                  participation_prob=config.participation_prob,
-                 total_examples=config.total_examples)
+                 total_examples=config.total_examples,
+                 head_optimizer=config.head_optimizer)
 
   with runtime.local_execution_context():
     algorithm = build_algorithm("pflego", config)

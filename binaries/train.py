@@ -39,8 +39,10 @@ _HEAD_STEP = flags.DEFINE_string(
     "head_step", "exact", "Final head step: exact (rho/q*alpha_i, eq. 5) or "
     "paper_code (rho/q, eq. 3 and the reference code).")
 _HEAD_OPTIMIZER = flags.DEFINE_string(
-    "head_optimizer", "gd", "The tau-1 head-only steps: gd (the paper) or monotone_gd "
-    "(a step that would increase l_i is refused and the step size halved).")
+    "head_optimizer", "monotone_gd", "The tau-1 head-only steps: monotone_gd (GD whose "
+    "step is refused and halved when it would increase l_i; equals GD while GD is "
+    "stable) or gd (the paper's plain GD, which oscillates at beta=.006 as the "
+    "features grow).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of partition, initialization, sampling.")
 _EVAL_EVERY = flags.DEFINE_integer("eval_every", 1, "Evaluate all clients every N rounds.")
 _SAMPLED_EVAL = flags.DEFINE_bool(

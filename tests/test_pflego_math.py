@@ -23,7 +23,7 @@ def build(num_clients_total, participation_prob, local_steps, optimizer="sgd",
       helpers.body_fn, image_shape=helpers.IMAGE_SHAPE, max_classes=MAX_CLASSES,
       total_examples=total_examples, participation_prob=participation_prob,
       local_steps=local_steps, client_lr=BETA, server_lr=RHO,
-      server_optimizer=optimizer, head_step=head_step)
+      server_optimizer=optimizer, head_step=head_step, head_optimizer="gd")
 
 
 @pytest.mark.parametrize("local_steps", [1, 4])

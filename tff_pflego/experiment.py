@@ -43,7 +43,7 @@ class ExperimentConfig:
   server_lr: Optional[float] = None
   server_optimizer: Optional[str] = None
   head_step: str = "exact"
-  head_optimizer: str = "gd"
+  head_optimizer: str = "monotone_gd"
   seed: int = 0
   eval_every: int = 1
   sampled_eval: bool = True

@@ -26,7 +26,7 @@ class AlgorithmConfig:
   server_lr: float
   server_optimizer: str = "adam"
   head_step: str = "exact"
-  head_optimizer: str = "gd"
+  head_optimizer: str = "monotone_gd"
   seed: int = 0
 
 
