@@ -80,7 +80,7 @@ def print_summary(summary: dict, output_dir: str) -> None:
   print(f"\n{summary['algorithm']} on {summary['dataset_display_name']}, "
         f"{summary['personalization']} personalization, {summary['rounds']} rounds, "
         f"{summary['wall_time_s']:.0f} s ({summary['time_per_round_s']:.3f} s/round)")
-  print(f"  final (mean of last 10 evaluations):")
+  print("  final (mean of last 10 evaluations):")
   for key in ("test_accuracy_mean", "test_accuracy_pooled", "test_accuracy_worst10",
               "test_accuracy_std", "test_accuracy_sampled_pooled", "train_loss"):
     print(f"    {key:30s} {final[key]:.4f}")

@@ -7,7 +7,6 @@ import json
 import os
 
 from tff_pflego.experiment import ExperimentConfig, run_experiment
-from tff_pflego import runtime
 
 
 def test_pflego_on_fashion_mnist_learns_far_above_chance(data_dir, tmp_path):
