@@ -40,7 +40,7 @@ _MNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
 class Arrays:
   """A dataset split as numpy arrays: uint8 images (N, H, W, C), int64 labels (N,).
 
-  `groups` (Omniglot only) holds each example's alphabet id; `drawing` its drawing id.
+  `groups` (Omniglot only) holds each example's alphabet id.
   """
   images: np.ndarray
   labels: np.ndarray

@@ -39,6 +39,3 @@ class ClientStateStore:
 
   def __len__(self) -> int:
     return len(self._states)
-
-  def snapshot(self) -> dict[int, collections.OrderedDict]:
-    return dict(self._states)
