@@ -5,7 +5,8 @@ r"""Trains a personalized federated algorithm on a real dataset and writes its o
 
 Unset hyperparameters take the paper's values for the dataset and degree, so the line
 above is the paper's Fashion-MNIST High-Pers experiment. Outputs in --output_dir:
-metrics.csv, rounds.csv, clients.csv, summary.json, curves.png, tensorboard/.
+metrics.csv, rounds.csv, clients.csv, summary.json, curves.png, tensorboard/,
+checkpoints/ and config.json. Run the same line again after a crash or kill to resume.
 """
 
 from __future__ import annotations
@@ -54,6 +55,21 @@ _DATA_DIR = flags.DEFINE_string(
 _RAW_DATA_DIR = flags.DEFINE_string(
     "raw_data_dir", sources.DEFAULT_RAW_DATA_DIR, "Raw files of the shared datasets.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
+_DROPOUT_PROB = flags.DEFINE_float(
+    "dropout_prob", 0.0, "Each selected client fails to report with this probability "
+    "(the estimator divides by q (1 - dropout), so it stays unbiased).")
+_CHECKPOINT_EVERY = flags.DEFINE_integer(
+    "checkpoint_every", 10, "Checkpoint every N rounds (and after the last; 0: only "
+    "then). Server state, every client's personal state, the sampler and the round.")
+_RESUME = flags.DEFINE_bool(
+    "resume", None, "Continue from the newest checkpoint in --output_dir (default: yes "
+    "when there is one, unless --overwrite).")
+_WORKERS = flags.DEFINE_list(
+    "workers", [], "host:port of TFF workers (binaries/worker.py) to run the rounds on, "
+    "clients spread across them; empty: a private local worker.")
+_EXPORT_DIR = flags.DEFINE_string(
+    "export_dir", None, "At the end, export body, heads and TFF computations here "
+    "(see binaries/export.py).")
 
 
 def main(argv: list[str]) -> None:
@@ -70,7 +86,9 @@ def main(argv: list[str]) -> None:
       seed=_SEED.value, eval_every=_EVAL_EVERY.value,
       sampled_eval=_SAMPLED_EVAL.value, data_dir=_DATA_DIR.value,
       raw_data_dir=_RAW_DATA_DIR.value, overwrite=_OVERWRITE.value,
-      progress=_PROGRESS.value)
+      progress=_PROGRESS.value, dropout_prob=_DROPOUT_PROB.value,
+      checkpoint_every=_CHECKPOINT_EVERY.value, resume=_RESUME.value,
+      workers=tuple(_WORKERS.value), export_dir=_EXPORT_DIR.value)
   summary = run_experiment(config)
   print_summary(summary, config.output_dir)
 

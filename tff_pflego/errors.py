@@ -11,3 +11,15 @@ class UserError(Exception):
 
 class DatasetNotFoundError(UserError):
   """A raw dataset file is missing where it is expected."""
+
+
+class RuntimeFailure(Exception):
+  """The run cannot go on for a reason outside the user's input (a worker died...).
+
+  Entry points print its one-line message and exit with code 1; the checkpoint of the
+  last completed round is on disk, so the run can be resumed.
+  """
+
+
+class WorkerLostError(RuntimeFailure):
+  """A TFF worker process died or became unreachable during a computation."""

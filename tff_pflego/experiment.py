@@ -7,17 +7,19 @@ benchmarks call it directly.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
-from typing import Optional
+import shutil
+from typing import Any, Optional
 
 from tff_pflego import config as config_lib
-from tff_pflego import runtime
+from tff_pflego import export, runtime
 from tff_pflego.algorithms import AlgorithmConfig, build_algorithm
 from tff_pflego.algorithms.common import HEAD_OPTIMIZERS
 from tff_pflego.algorithms.pflego import HEAD_STEPS
 from tff_pflego.data import load_federated_data, sources
 from tff_pflego.errors import UserError
-from tff_pflego.training import driver
+from tff_pflego.training import checkpoints, driver
 from tff_pflego.training.sampling import ClientSampler
 
 # The paper's Table 1 (Fashion-MNIST), as fractions, drawn on the plots for reference.
@@ -25,6 +27,7 @@ PAPER_ACCURACY = {("fashion_mnist", "pflego", "high"): 0.9634,
                   ("fashion_mnist", "pflego", "medium"): 0.8984,
                   ("fashion_mnist", "pflego", "none"): 0.8149}
 RUN_FILES = ("metrics.csv", "rounds.csv", "summary.json", "clients.csv", "curves.png")
+CONFIG_FILE = "config.json"
 
 
 @dataclasses.dataclass
@@ -51,6 +54,11 @@ class ExperimentConfig:
   raw_data_dir: str = sources.DEFAULT_RAW_DATA_DIR
   overwrite: bool = False
   progress: bool = True
+  dropout_prob: float = 0.0
+  checkpoint_every: int = 10
+  resume: Optional[bool] = None  # None: resume when output_dir holds a checkpoint
+  workers: tuple[str, ...] = ()  # host:port of TFF workers; () = a private local one
+  export_dir: Optional[str] = None
 
 
 def resolve(config: ExperimentConfig) -> ExperimentConfig:
@@ -88,8 +96,30 @@ def resolve(config: ExperimentConfig) -> ExperimentConfig:
   else:
     _check(0 < c.participation_prob <= 1,
            f"--participation_prob must be in (0, 1], got {c.participation_prob}")
-  _check_output_dir(c.output_dir, c.overwrite)
+  _check(0 <= c.dropout_prob < 1,
+         f"--dropout_prob must be in [0, 1), got {c.dropout_prob}")
+  _check(c.checkpoint_every >= 0,
+         f"--checkpoint_every must be >= 0, got {c.checkpoint_every}")
+  for address in c.workers:
+    try:
+      runtime.parse_address(address)
+    except ValueError as e:
+      raise UserError(f"--workers: {e}") from None
+  _check(len(set(c.workers)) == len(c.workers), "--workers lists a worker twice")
+  _check(not (c.resume and c.overwrite), "give --resume or --overwrite, not both")
+  has_checkpoint = _has_checkpoint(c.output_dir)
+  if c.resume is None:
+    c.resume = has_checkpoint and not c.overwrite
+  _check_output_dir(c.output_dir, c.overwrite or c.resume)
+  if c.export_dir is not None:
+    _check_writable(c.export_dir, "--export_dir")
   return c
+
+
+def _has_checkpoint(output_dir: str) -> bool:
+  directory = os.path.join(output_dir, driver.CHECKPOINT_DIR)
+  return os.path.isdir(directory) and any(
+      name.startswith(checkpoints.PREFIX) for name in os.listdir(directory))
 
 
 def _check(condition: bool, message: str) -> None:
@@ -97,11 +127,18 @@ def _check(condition: bool, message: str) -> None:
     raise UserError(message)
 
 
-def _check_output_dir(path: str, overwrite: bool) -> None:
-  existing = [f for f in RUN_FILES if os.path.exists(os.path.join(path, f))]
-  if existing and not overwrite:
+def _check_output_dir(path: str, reuse: bool) -> None:
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise UserError(f"--output_dir {path} is a file, not a directory")
+  existing = [f for f in RUN_FILES + (driver.CHECKPOINT_DIR,)
+              if os.path.exists(os.path.join(path, f))]
+  if existing and not reuse:
     raise UserError(f"--output_dir {path} already holds a run ({existing[0]}); "
-                    "choose another directory or pass --overwrite")
+                    "choose another directory, --resume it, or pass --overwrite")
+  _check_writable(path, "--output_dir")
+
+
+def _check_writable(path: str, flag: str) -> None:
   try:
     os.makedirs(path, exist_ok=True)
     probe = os.path.join(path, ".write_probe")
@@ -109,16 +146,24 @@ def _check_output_dir(path: str, overwrite: bool) -> None:
       pass
     os.remove(probe)
   except OSError as e:
-    raise UserError(f"--output_dir {path} is not writable: {e.strerror}") from e
+    raise UserError(f"{flag} {path} is not writable: {e.strerror}") from e
 
 
-def run_experiment(config: ExperimentConfig) -> dict:
-  """Runs one experiment end to end inside a private TFF runtime; returns the summary."""
-  c = resolve(config)
+@dataclasses.dataclass
+class _Prepared:
+  data: Any
+  sampler: ClientSampler
+  algorithm_config: AlgorithmConfig
+  fingerprint: dict
+
+
+def _prepare(c: ExperimentConfig) -> _Prepared:
+  """Data, sampler and algorithm settings of a resolved configuration."""
   data = load_federated_data(c.dataset, c.personalization, c.num_clients, c.seed,
                              c.data_dir, c.raw_data_dir)
   sampler = ClientSampler(c.num_clients, clients_per_round=c.clients_per_round,
-                          participation_prob=c.participation_prob, seed=c.seed)
+                          participation_prob=c.participation_prob,
+                          dropout_prob=c.dropout_prob, seed=c.seed)
   algorithm_config = AlgorithmConfig(
       body=data.spec.body, image_shape=data.spec.image_shape,
       max_classes=int(data.num_classes.max()),
@@ -127,20 +172,81 @@ def run_experiment(config: ExperimentConfig) -> dict:
       client_lr=c.client_lr, server_lr=c.server_lr,
       server_optimizer=c.server_optimizer, head_step=c.head_step,
       head_optimizer=c.head_optimizer, seed=c.seed)
+  fingerprint = dict(dataset=c.dataset, algorithm=c.algorithm,
+                     personalization=c.personalization, num_clients=c.num_clients,
+                     clients_per_round=c.clients_per_round,
+                     participation_prob=c.participation_prob,
+                     dropout_prob=c.dropout_prob, seed=c.seed,
+                     algorithm_config=dataclasses.asdict(algorithm_config))
+  return _Prepared(data, sampler, algorithm_config, fingerprint)
+
+
+def run_experiment(config: ExperimentConfig) -> dict:
+  """Runs (or resumes) one experiment end to end; returns the summary.
+
+  Computations run on a private local TFF worker, or on `config.workers`.
+  """
+  c = resolve(config)
+  p = _prepare(c)
   metadata = dict(dataset=c.dataset, algorithm=c.algorithm,
                   personalization=c.personalization,
-                  hyperparameters=dataclasses.asdict(algorithm_config) | dict(
+                  hyperparameters=dataclasses.asdict(p.algorithm_config) | dict(
                       num_clients=c.num_clients, clients_per_round=c.clients_per_round,
                       participation_prob_flag=c.participation_prob,
-                      eval_every=c.eval_every))
+                      dropout_prob=c.dropout_prob, eval_every=c.eval_every,
+                      workers=list(c.workers)))
   run_config = driver.RunConfig(
       rounds=c.rounds, output_dir=c.output_dir, eval_every=c.eval_every,
       sampled_eval=c.sampled_eval, progress=c.progress, metadata=metadata,
-      reference_accuracy=PAPER_ACCURACY.get((c.dataset, c.algorithm, c.personalization)))
+      reference_accuracy=PAPER_ACCURACY.get((c.dataset, c.algorithm, c.personalization)),
+      checkpoint_every=c.checkpoint_every, resume=c.resume, fingerprint=p.fingerprint)
+  if not c.resume:  # a fresh run replaces the old one's checkpoints (--overwrite)
+    shutil.rmtree(os.path.join(c.output_dir, driver.CHECKPOINT_DIR), ignore_errors=True)
+  _write_config(c)
+  with runtime.execution_context(
+      c.workers, log_path=os.path.join(c.output_dir, "tff_worker.log")):
+    algorithm = build_algorithm(c.algorithm, p.algorithm_config)
+    summary = driver.train(algorithm, p.data, p.sampler, run_config)
+    if c.export_dir is not None:
+      _export(c, p, algorithm)
+  return summary
+
+
+def export_experiment(output_dir: str, export_dir: str) -> dict[str, str]:
+  """Exports the newest checkpoint of the run in `output_dir` (see `export.py`)."""
+  path = os.path.join(output_dir, CONFIG_FILE)
+  try:
+    with open(path) as f:
+      saved = json.load(f)
+    c = ExperimentConfig(**{k: v for k, v in saved.items() if k != "workers"})
+  except FileNotFoundError:
+    raise UserError(f"--output_dir {output_dir} holds no run ({CONFIG_FILE} is "
+                    "missing)") from None
+  except (json.JSONDecodeError, TypeError) as e:
+    raise UserError(f"{path} is not a run configuration: {e}") from None
+  _check_writable(export_dir, "--export_dir")
+  p = _prepare(c)
   with runtime.local_execution_context(
-      log_path=os.path.join(c.output_dir, "tff_worker.log")):
-    algorithm = build_algorithm(c.algorithm, algorithm_config)
-    return driver.train(algorithm, data, sampler, run_config)
+      log_path=os.path.join(export_dir, "tff_worker.log")):
+    return _export(c, p, build_algorithm(c.algorithm, p.algorithm_config),
+                   export_dir=export_dir)
 
 
-__all__ = ["ExperimentConfig", "resolve", "run_experiment"]
+def _export(c: ExperimentConfig, p: _Prepared, algorithm,
+            export_dir: Optional[str] = None) -> dict[str, str]:
+  manager = driver.checkpoint_manager(algorithm, p.data, c.output_dir, p.fingerprint)
+  run = manager.load_latest()
+  return export.export_run(export_dir or c.export_dir, algorithm, run, p.data,
+                           source=dict(output_dir=os.path.abspath(c.output_dir),
+                                       dataset=c.dataset, algorithm=c.algorithm,
+                                       personalization=c.personalization, seed=c.seed))
+
+
+def _write_config(c: ExperimentConfig) -> None:
+  path = os.path.join(c.output_dir, CONFIG_FILE)
+  with open(path + ".tmp", "w") as f:
+    json.dump(dataclasses.asdict(c) | dict(workers=list(c.workers)), f, indent=1)
+  os.replace(path + ".tmp", path)
+
+
+__all__ = ["ExperimentConfig", "resolve", "run_experiment", "export_experiment"]

@@ -9,22 +9,26 @@ leaves it running after Python exits, which holds a CI pipe open forever. Instea
   by SIGKILL;
 * and stops it on leaving the `with` block: normal end, exception, SIGINT
   (KeyboardInterrupt) or SIGTERM (turned into `SystemExit(143)` while the context is
-  active), with an `atexit` hook as a last resort.
+  active; the signal is also recorded, so a loop calling `raise_if_stopped` stops even
+  when the handler's exception was swallowed), with an `atexit` hook as a last resort.
 """
 
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import contextlib
 import ctypes
+import gc
 import logging
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
 import time
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 import grpc
 import portpicker
@@ -34,6 +38,8 @@ import tensorflow_federated as tff
 # composes.
 from tensorflow_federated.python.core.environments.tensorflow_frontend import (
     tensorflow_computation)
+
+from tff_pflego.errors import UserError, WorkerLostError
 
 _PR_SET_PDEATHSIG = 1
 _GRPC_OPTIONS = [("grpc.max_message_length", -1),
@@ -106,11 +112,16 @@ def _wait_until_ready(stub, address: str, process: Optional[subprocess.Popen],
     time.sleep(0.05)
 
 
-def _make_sync_context(address: str, process: Optional[subprocess.Popen],
-                       default_num_clients: int, ready_timeout: float):
+def _connect(address: str, process: Optional[subprocess.Popen], default_num_clients: int,
+             ready_timeout: float):
+  """A gRPC channel to a ready worker and the executor factory over it."""
   channel = grpc.insecure_channel(address, _GRPC_OPTIONS)
   stub = tff.framework.RemoteExecutorGrpcStub(channel)
-  _wait_until_ready(stub, address, process, ready_timeout)
+  try:
+    _wait_until_ready(stub, address, process, ready_timeout)
+  except RuntimeError:
+    channel.close()
+    raise
 
   def stack_fn(cardinalities):
     if cardinalities.get(tff.CLIENTS) is None:
@@ -119,29 +130,134 @@ def _make_sync_context(address: str, process: Optional[subprocess.Popen],
     executor.set_cardinalities(cardinalities)
     return executor
 
-  context = tff.framework.SyncExecutionContext(
-      executor_fn=tff.framework.ResourceManagingExecutorFactory(stack_fn),
-      compiler_fn=tff.backends.native.desugar_and_transform_to_native,
-      transform_args=tensorflow_computation.transform_args,
-      transform_result=tensorflow_computation.transform_result)
-  return context, channel
+  return channel, tff.framework.ResourceManagingExecutorFactory(stack_fn)
+
+
+_CONTEXT_ARGS = dict(compiler_fn=tff.backends.native.desugar_and_transform_to_native,
+                     transform_args=tensorflow_computation.transform_args,
+                     transform_result=tensorflow_computation.transform_result)
+
+
+class _WatchedContext(tff.framework.SyncContext):
+  """Runs computations on a helper thread and fails fast when a worker is lost.
+
+  TFF retries UNAVAILABLE gRPC calls forever, so a dead worker would hang the caller.
+  Here the caller polls the workers' health while it waits and raises
+  `WorkerLostError` naming the worker. The main thread also wakes every `poll_s`, so
+  stop signals are handled promptly.
+  """
+
+  def __init__(self, inner: tff.framework.SyncContext,
+               health_checks: Sequence[Callable[[], Optional[str]]], poll_s: float = 0.5):
+    self._inner = inner
+    self._health_checks = list(health_checks)
+    self._poll_s = poll_s
+
+  def invoke(self, comp, arg):
+    future = concurrent.futures.Future()
+
+    def run() -> None:
+      try:
+        future.set_result(self._inner.invoke(comp, arg))
+      except BaseException as e:  # pylint: disable=broad-except
+        future.set_exception(e)
+
+    # A daemon thread: a call stuck on a lost worker must not block interpreter exit.
+    threading.Thread(target=run, name="tff_invoke", daemon=True).start()
+    while True:
+      try:
+        return future.result(timeout=self._poll_s)
+      except concurrent.futures.TimeoutError:
+        pass
+      for check in self._health_checks:
+        problem = check()
+        if problem is not None:
+          raise WorkerLostError(problem)
+
+
+def _process_health(worker: "WorkerProcess") -> Callable[[], Optional[str]]:
+  def check() -> Optional[str]:
+    code = worker.process.poll()
+    if code is None:
+      return None
+    return (f"the TFF worker (pid {worker.pid}, {worker.address}) exited with code "
+            f"{code} during a computation; its log: {worker.log_path}")
+  return check
+
+
+def _address_health(address: str, failures_allowed: int = 2) -> Callable[[], Optional[str]]:
+  host, port = parse_address(address)
+  failures = 0
+
+  def check() -> Optional[str]:
+    nonlocal failures
+    try:
+      socket.create_connection((host, port), timeout=2.0).close()
+      failures = 0
+      return None
+    except OSError as e:
+      failures += 1
+      if failures <= failures_allowed:
+        return None
+      return f"the TFF worker at {address} is unreachable ({e.strerror or e})"
+  return check
+
+
+def parse_address(address: str) -> tuple[str, int]:
+  """'host:port' -> (host, port); raises ValueError on anything else."""
+  host, sep, port = address.strip().rpartition(":")
+  if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    raise ValueError(f"not a host:port address: {address!r}")
+  return host, int(port)
+
+
+_STOP_SIGNAL: Optional[int] = None  # the SIGINT/SIGTERM received while a context ran
+
+
+def stop_signal() -> Optional[int]:
+  """The SIGINT or SIGTERM that stopped the run, or None."""
+  return _STOP_SIGNAL
+
+
+def raise_if_stopped() -> None:
+  """Raises again if a stop signal arrived but its exception was swallowed.
+
+  A handler's exception is raised wherever the main thread happens to be; if that is a
+  `__del__` or a library's broad `except`, Python drops it. Loops call this between
+  steps so a stop request is never lost.
+  """
+  if _STOP_SIGNAL is not None:
+    _raise_for(_STOP_SIGNAL)
+
+
+def _raise_for(signum: int) -> None:
+  if signum == signal.SIGINT:
+    raise KeyboardInterrupt
+  raise SystemExit(128 + signum)
 
 
 @contextlib.contextmanager
-def _sigterm_as_exit() -> Iterator[None]:
-  """While active (main thread only), SIGTERM raises SystemExit(143)."""
+def _stop_signals_as_exceptions() -> Iterator[None]:
+  """While active (main thread only): SIGTERM raises SystemExit(143), SIGINT
+  KeyboardInterrupt, and the signal is recorded for `stop_signal`/`raise_if_stopped`."""
   if threading.current_thread() is not threading.main_thread():
     yield
     return
 
   def handler(signum, frame):
-    raise SystemExit(128 + signum)
+    global _STOP_SIGNAL
+    _STOP_SIGNAL = signum
+    if frame is not None and (frame.f_code.co_name == "__del__" or frame.f_code in {
+        getattr(cb, "__code__", None) for cb in gc.callbacks}):
+      return  # Python would print and drop it; `raise_if_stopped` raises it instead
+    _raise_for(signum)
 
-  previous = signal.signal(signal.SIGTERM, handler)
+  previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
   try:
     yield
   finally:
-    signal.signal(signal.SIGTERM, previous)
+    for s, h in previous.items():
+      signal.signal(s, h)
 
 
 @contextlib.contextmanager
@@ -153,13 +269,15 @@ def local_execution_context(default_num_clients: int = 0, ready_timeout: float =
   Yields the `WorkerProcess`; the previous default context is restored on exit.
   """
   worker = WorkerProcess(log_path=log_path)
-  context_stack = tff.framework.get_context_stack()
-  previous = context_stack.current
+  previous = tff.framework.get_context_stack().current
   channel = None
   try:
-    with _sigterm_as_exit():
-      context, channel = _make_sync_context(
-          worker.address, worker.process, default_num_clients, ready_timeout)
+    with _stop_signals_as_exceptions():
+      channel, factory = _connect(worker.address, worker.process, default_num_clients,
+                                  ready_timeout)
+      context = _WatchedContext(
+          tff.framework.SyncExecutionContext(executor_fn=factory, **_CONTEXT_ARGS),
+          [_process_health(worker)])
       tff.framework.set_default_context(context)
       logging.info("TFF worker pid %d on %s", worker.pid, worker.address)
       yield worker
@@ -168,6 +286,58 @@ def local_execution_context(default_num_clients: int = 0, ready_timeout: float =
     if channel is not None:
       channel.close()
     worker.stop()
+
+
+@contextlib.contextmanager
+def remote_execution_context(addresses: Sequence[str], ready_timeout: float = 30.0
+                             ) -> Iterator[None]:
+  """Runs TFF computations across running TFF workers (`binaries/worker.py`).
+
+  A `MergeableCompExecutionContext` splits each computation's clients between the
+  workers (one sub-round per worker), runs the parts up to aggregation there and
+  merges the partial aggregates. CLIENTS-placed results come back in another order
+  than the clients went in: match them by `client_index`. Client data are resolved by
+  each worker from the client ids, so the prepared data must lie at the same path on
+  every worker's machine. A worker lost mid-round raises `WorkerLostError`.
+  """
+  if not addresses:
+    raise ValueError("remote_execution_context needs at least one worker address")
+  for address in addresses:
+    parse_address(address)
+  previous = tff.framework.get_context_stack().current
+  channels = []
+  try:
+    with _stop_signals_as_exceptions():
+      async_contexts = []
+      for address in addresses:
+        try:
+          channel, factory = _connect(address, None, 0, ready_timeout)
+        except RuntimeError as e:
+          raise UserError(f"--workers: no TFF worker answers at {address} "
+                          f"(start one with `python binaries/worker.py --port=PORT`): "
+                          f"{e}") from e
+        channels.append(channel)
+        async_contexts.append(
+            tff.framework.AsyncExecutionContext(executor_fn=factory, **_CONTEXT_ARGS))
+      mergeable = tff.framework.MergeableCompExecutionContext(
+          async_contexts, compiler_fn=tff.backends.native.compile_to_mergeable_comp_form,
+          transform_args=tensorflow_computation.transform_args,
+          transform_result=tensorflow_computation.transform_result)
+      context = _WatchedContext(mergeable, [_address_health(a) for a in addresses])
+      tff.framework.set_default_context(context)
+      logging.info("TFF workers: %s", ", ".join(addresses))
+      yield
+  finally:
+    tff.framework.set_default_context(previous)
+    for channel in channels:
+      channel.close()
+
+
+def execution_context(workers: Sequence[str] = (), log_path: Optional[str] = None):
+  """`remote_execution_context(workers)` if workers are given, else a private local one."""
+  if workers:
+    return remote_execution_context(workers)
+  return local_execution_context(log_path=log_path)
 
 
 class _NoImplicitWorkerContext(tff.framework.SyncContext):

@@ -13,9 +13,10 @@ One round (Algorithm 1 of the paper), with q = P(i in I_t) = r / I:
                 W_i <- W_i - rho (1/q) alpha_i g_W       (exact SGD, eq. 5; default)
                   or W_i <- W_i - rho (1/q) g_W          (paper eq. 3 / reference code)
                 sends g_i and N_i.
-  aggregator    weighted mean m = sum_{I_t} N_i g_i / sum_{I_t} N_i   (tff.aggregators)
-  estimator     g_hat = (sum_{I_t} N_i / (q N)) m = (1/q) sum_{I_t} alpha_i g_i, unbiased
-                for grad_theta L since E[1{i in I_t}] = q.
+  aggregator    g_hat = (1/q) sum_{I_t} alpha_i g_i = (sum_{I_t} N_i / (q N)) m, with
+                m = sum_{I_t} N_i g_i / sum_{I_t} N_i a weighted mean: unbiased for
+                grad_theta L since E[1{i in I_t}] = q (`aggregators.py`); an update
+                holding NaN/Inf is rejected (weight 0) and counted.
   finalizer     theta_t = Optimizer(theta_{t-1}, g_hat): SGD (theta - rho g_hat, so that
                 with r = I a round is one full-batch GD step on L(psi)) or Adam.
 
@@ -31,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_pflego import aggregators
 from tff_pflego.algorithms import common
 from tff_pflego.models import heads
 
@@ -147,8 +149,8 @@ def build_pflego_process(
       body_fn, types, local_steps=local_steps, client_lr=client_lr,
       server_lr=server_lr, participation_prob=participation_prob,
       total_examples=total_examples, head_step=head_step, head_optimizer=head_optimizer)
-  update_type = types.weights.trainable
-  aggregator = tff.aggregators.MeanFactory().create(update_type, tff.TensorType(np.float32))
+  aggregator = aggregators.build_unbiased_aggregator(
+      types.weights.trainable, participation_prob, total_examples)
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
       server_optimizer, types.weights)
 
@@ -164,11 +166,6 @@ def build_pflego_process(
         finalizer=finalizer.initialize(),
         round_num=tff.federated_value(np.int32(0), tff.SERVER)))
 
-  @tff.tensorflow.computation(update_type, np.float32)
-  def unbiased_estimate(weighted_mean, participating_examples):
-    scale = participating_examples / (participation_prob * total_examples)
-    return tf.nest.map_structure(lambda m: scale * m, weighted_mean)
-
   @tff.tensorflow.computation(np.int32)
   def increment(round_num):
     return round_num + 1
@@ -182,10 +179,7 @@ def build_pflego_process(
     outputs = tff.federated_map(client_work,
                                 (distributed.result, client_data, client_states))
     aggregated = aggregator.next(state.aggregator, outputs.update, outputs.update_weight)
-    participating_examples = tff.federated_sum(outputs.update_weight)
-    estimate = tff.federated_map(unbiased_estimate,
-                                 (aggregated.result, participating_examples))
-    finalized = finalizer.next(state.finalizer, state.body, estimate)
+    finalized = finalizer.next(state.finalizer, state.body, aggregated.result)
     new_state = tff.federated_zip(PflegoState(
         body=finalized.result, distributor=distributed.state,
         aggregator=aggregated.state, finalizer=finalized.state,
@@ -193,9 +187,10 @@ def build_pflego_process(
     train_metrics = tff.federated_zip(collections.OrderedDict(
         loss=tff.federated_mean(outputs.metrics.loss, outputs.update_weight),
         accuracy=tff.federated_mean(outputs.metrics.accuracy, outputs.update_weight),
-        num_examples=participating_examples,
+        num_examples=tff.federated_sum(outputs.update_weight),
         num_clients=tff.federated_sum(
             tff.federated_value(np.int32(1), tff.CLIENTS)),
+        rejected_updates=aggregated.measurements.rejected_updates,
         update_non_finite=finalized.measurements.update_non_finite))
     metrics = collections.OrderedDict(train=train_metrics, clients=outputs.metrics)
     return new_state, outputs.client_state, metrics

@@ -151,6 +151,35 @@ def partition_name(dataset: str, personalization: str, num_clients: int, seed: i
   return f"{dataset}_{personalization}_i{num_clients}_s{seed}"
 
 
+def _check_every_client_has_examples(partition: partition_lib.ClientPartition,
+                                     dataset: str, num_clients: int) -> None:
+  for part, indices in (("train", partition.train_indices),
+                        ("test", partition.test_indices)):
+    empty = [i for i, idx in enumerate(indices) if len(idx) == 0]
+    if empty:
+      raise UserError(
+          f"{dataset} split into {num_clients} clients leaves {len(empty)} client(s) "
+          f"with no {part} examples (first: {client_id(empty[0])}); use fewer clients")
+
+
+_TFRECORD_FRAMING_BYTES = 16  # length (8) + length CRC (4) + data CRC (4) per record
+
+
+def _check_client_files(builder: tfds.core.DatasetBuilder, manifest_path: str) -> None:
+  """Every client file exists with the size TFDS recorded (catches truncated files)."""
+  for split in builder.info.splits.values():
+    for info in split.file_instructions:
+      path = info.filename
+      expected = None
+      if len(split.shard_lengths) == 1:
+        expected = int(split.num_bytes) + _TFRECORD_FRAMING_BYTES * split.shard_lengths[0]
+      size = os.path.getsize(path) if os.path.exists(path) else None
+      if size is None or (expected is not None and size != expected):
+        state = "missing" if size is None else f"{size} bytes, expected {expected}"
+        raise UserError(f"client file {path} is damaged ({state}); delete "
+                        f"{manifest_path} to rebuild the clients")
+
+
 def load_federated_data(dataset: str, personalization: str, num_clients: int,
                         seed: int = 0, data_dir: str = sources.DEFAULT_DATA_DIR,
                         raw_data_dir: str = sources.DEFAULT_RAW_DATA_DIR) -> FederatedData:
@@ -185,6 +214,7 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
     else:
       partition = partition_lib.partition_by_alphabet(
           arrays["drawings"].labels, arrays["drawings"].groups, num_clients, seed)
+    _check_every_client_has_examples(partition, dataset, num_clients)
     builder = ClientSplits(partition=partition, arrays_fn=lambda: arrays, **builder_kwargs)
     tfds.disable_progress_bar()  # one bar per client split would flood the log
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
@@ -197,6 +227,7 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
       json.dump(manifest, f)
     os.replace(tmp, manifest_path)
 
+  _check_client_files(builder, manifest_path)
   ids = [client_id(i) for i in range(partition.num_clients)]
   train, test = (tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
       ids, make_client_dataset_fn(builder, part)) for part in PARTS)

@@ -5,7 +5,10 @@ state between rounds, evaluation, logging and outputs. It runs the algorithm's
 `next(state, client_data, client_states)` with client data resolved on the clients
 from their ids (`tff.simulation.compose_dataset_computation_with_iterative_process`),
 so a round sends ids, not datasets. The caller provides the TFF execution context
-(`tff_pflego.runtime.local_execution_context`).
+(`tff_pflego.runtime.execution_context`: a private local worker or remote workers).
+
+Every round's metrics go out through `tff.program` release managers (`release.py`);
+checkpoints (`checkpoints.py`) make a run resumable with identical results.
 
 Two evaluation protocols are reported:
 * all clients (the paper's text): every `eval_every` rounds and each of the last 10,
@@ -20,6 +23,7 @@ for the sampled protocol), as the paper's tables do.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import time
 from typing import Any, Optional
@@ -28,22 +32,20 @@ import numpy as np
 import tensorflow_federated as tff
 import tqdm
 
+from tff_pflego import runtime
 from tff_pflego.algorithms.registry import PersonalizedAlgorithm
 from tff_pflego.data.federated import FederatedData
+from tff_pflego.errors import UserError
 from tff_pflego.training import evaluation, outputs
+from tff_pflego.training.checkpoints import CheckpointManager, RunState
 from tff_pflego.training.client_store import ClientStateStore
+from tff_pflego.training.release import RunReleaser, read_rows
 from tff_pflego.training.sampling import ClientSampler
 
 FINAL_WINDOW = 10
-METRICS_FIELDS = ["round", "wall_time_s", "train_loss", "train_accuracy_mean",
-                  "test_loss_mean", "test_accuracy_mean", "test_accuracy_pooled",
-                  "test_accuracy_std", "test_accuracy_worst10",
-                  "test_accuracy_sampled_pooled"]
-ROUND_FIELDS = ["round", "round_time_s", "num_clients", "num_examples",
-                "sampled_train_loss", "test_accuracy_sampled_pooled",
-                "body_forward_passes", "body_backward_passes"]
 CLIENT_FIELDS = ["client", "classes", "num_train", "num_test", "train_loss",
                  "train_accuracy", "test_loss", "test_accuracy"]
+CHECKPOINT_DIR = "checkpoints"
 
 
 @dataclasses.dataclass
@@ -55,27 +57,19 @@ class RunConfig:
   progress: bool = True
   metadata: dict = dataclasses.field(default_factory=dict)  # goes into summary.json
   reference_accuracy: Optional[float] = None  # the paper's figure, drawn on the plot
-
-
-class _Outputs:
-  """The files of one run, opened together and closed together."""
-
-  def __init__(self, output_dir: str):
-    os.makedirs(output_dir, exist_ok=True)
-    self.dir = output_dir
-    self.metrics = outputs.CsvWriter(os.path.join(output_dir, "metrics.csv"),
-                                     METRICS_FIELDS)
-    self.rounds = outputs.CsvWriter(os.path.join(output_dir, "rounds.csv"), ROUND_FIELDS)
-    self.tensorboard = outputs.TensorBoardWriter(os.path.join(output_dir, "tensorboard"))
-
-  def close(self) -> None:
-    for writer in (self.metrics, self.rounds, self.tensorboard):
-      writer.close()
+  checkpoint_every: int = 10  # and always after the last round; 0: only then
+  resume: bool = True  # continue from the newest checkpoint in output_dir, if any
+  fingerprint: dict = dataclasses.field(default_factory=dict)  # must match to resume
 
 
 def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: ClientSampler,
           config: RunConfig) -> dict[str, Any]:
-  """Runs `config.rounds` rounds and writes the run's outputs; returns the summary."""
+  """Runs (or resumes) `config.rounds` rounds and writes the outputs; returns the summary.
+
+  After each round its metrics are released; every `checkpoint_every` rounds, after
+  the last one, and when the loop is left by an exception or a stop signal, the state
+  after the last completed round is checkpointed, so no finished round is lost.
+  """
   process = tff.simulation.compose_dataset_computation_with_iterative_process(
       data.train.dataset_computation, algorithm.process)
   evaluate = evaluation.build_personalized_evaluation(
@@ -89,88 +83,148 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
     ids = [data.client_ids[i] for i in indices]
     return evaluation.per_client_table(evaluate(weights, ids, store.get(indices)))
 
-  files = _Outputs(config.output_dir)
-  history: dict[str, list] = {name: [] for name in METRICS_FIELDS}
-  sampled_history: list[tuple[int, float]] = []
-  round_times: list[float] = []
-  start = time.monotonic()
+  initial_state = process.initialize()
+  checkpoints = checkpoint_manager(algorithm, data, config.output_dir, config.fingerprint,
+                                   initial_state)
+  committed = RunState(0, initial_state, {}, sampler.state)
+  resumed = config.resume and checkpoints.latest_round() is not None
+  if resumed:
+    committed = checkpoints.load_latest()
+    if committed.round_num > config.rounds:
+      raise UserError(f"the checkpoint in {checkpoints.root_dir} is at round "
+                      f"{committed.round_num}, past --rounds={config.rounds}")
+    store.restore(committed.client_states)
+    sampler.set_state(committed.sampler_state)
+    logging.info("resuming from the checkpoint of round %d", committed.round_num)
+  state = committed.server_state
+  releaser = RunReleaser(config.output_dir, committed.round_num if resumed else None)
+  saved_round = committed.round_num if resumed else None
+  start = time.monotonic() - committed.elapsed_s
+  first_round = committed.round_num + 1 if resumed else 0
   table = None
+  bar = tqdm.tqdm(range(first_round, config.rounds + 1), disable=not config.progress,
+                  desc=config.metadata.get("algorithm", "train"), unit="round",
+                  dynamic_ncols=True, initial=first_round, total=config.rounds + 1)
   try:
-    state = process.initialize()
-    bar = tqdm.tqdm(range(config.rounds + 1), disable=not config.progress,
-                    desc=config.metadata.get("algorithm", "train"), unit="round",
-                    dynamic_ncols=True)
     for round_num in bar:
+      runtime.raise_if_stopped()
       if round_num > 0:
-        sampled = sampler.sample()
-        ids = [data.client_ids[i] for i in sampled]
+        reporting = sampler.sample()
         trained_with = algorithm.body_weights(state)
         t0 = time.monotonic()
-        state, client_states, metrics = process.next(state, ids, store.get(sampled))
-        round_times.append(time.monotonic() - t0)
-        store.update(client_states, sampled)
-        row = _round_row(round_num, round_times[-1], metrics)
-        if config.sampled_eval and len(sampled):
+        if len(reporting):
+          ids = [data.client_ids[i] for i in reporting]
+          state, client_states, metrics = process.next(state, ids, store.get(reporting))
+          refused = store.update(client_states, reporting)
+        else:
+          metrics, refused = None, 0
+          logging.warning("round %d: no client reported; the body is unchanged",
+                          round_num)
+        row = _round_row(round_num, time.monotonic() - t0, metrics,
+                         len(sampler.last_selected), refused)
+        if row["rejected_updates"] or refused:
+          logging.warning("round %d: rejected %d non-finite client updates",
+                          round_num, row["rejected_updates"])
+        if config.sampled_eval and len(reporting):
           row["test_accuracy_sampled_pooled"] = evaluation.pooled_test_accuracy(
-              evaluate_clients(trained_with, sampled))
-          sampled_history.append((round_num, row["test_accuracy_sampled_pooled"]))
-        files.rounds.write(row)
-        files.tensorboard.write(round_num, row, prefix="round/")
+              evaluate_clients(trained_with, reporting))
+        releaser.release_round(round_num, row)
       if (round_num % config.eval_every == 0
           or round_num > config.rounds - FINAL_WINDOW):  # `final` = last 10 rounds
         table = evaluate_clients(algorithm.body_weights(state), all_clients)
+        runtime.raise_if_stopped()
         summary = evaluation.summarize(table)
-        row = dict(round=round_num, wall_time_s=time.monotonic() - start, **summary,
-                   test_accuracy_sampled_pooled=(
-                       sampled_history[-1][1] if sampled_history else float("nan")))
-        for name in METRICS_FIELDS:
-          history[name].append(row[name])
-        files.metrics.write(row)
-        files.tensorboard.write(round_num, summary, prefix="eval/")
+        releaser.release_evaluation(round_num, dict(
+            wall_time_s=time.monotonic() - start, **summary))
         bar.set_postfix(acc=f"{summary['test_accuracy_mean']:.4f}",
                         loss=f"{summary['train_loss']:.4f}")
+      committed = RunState(round_num, state, store.snapshot(), sampler.state,
+                           time.monotonic() - start)
+      if round_num == config.rounds or (config.checkpoint_every and round_num > 0
+                                        and round_num % config.checkpoint_every == 0):
+        checkpoints.save(committed)
+        saved_round = round_num
+  except BaseException:
+    if committed.round_num != saved_round and committed.round_num > 0:
+      try:  # keep every completed round: the run can be resumed from here
+        checkpoints.save(committed)
+        logging.warning("checkpoint of round %d saved in %s", committed.round_num,
+                        checkpoints.root_dir)
+      except Exception:  # pylint: disable=broad-except
+        logging.exception("could not save the checkpoint of round %d",
+                          committed.round_num)
+    raise
   finally:
-    files.close()
+    bar.close()
     if table is not None:
       _write_clients_csv(os.path.join(config.output_dir, "clients.csv"), table, data)
 
-  summary = _summary(config, history, sampled_history, round_times,
-                     time.monotonic() - start, data, len(store))
+  history, rounds = read_rows(releaser.metrics_path), read_rows(releaser.rounds_path)
+  summary = _summary(config, history, rounds, time.monotonic() - start, data, len(store))
   outputs.write_json(os.path.join(config.output_dir, "summary.json"), summary)
-  _plot(config, history, sampled_history, data)
+  _plot(config, history, rounds, data)
   return summary
 
 
-def _round_row(round_num: int, round_time: float, metrics) -> dict:
-  clients = metrics["clients"]
-  counts = lambda key: np.array([c[key] for c in clients]) if clients else np.zeros(0)
-  forward, backward = counts("body_forward_passes"), counts("body_backward_passes")
-  return dict(round=round_num, round_time_s=round_time,
-              num_clients=int(metrics["train"]["num_clients"]),
-              num_examples=float(metrics["train"]["num_examples"]),
-              sampled_train_loss=float(metrics["train"]["loss"]),
-              body_forward_passes=float(forward.mean()) if len(forward) else 0.0,
-              body_backward_passes=float(backward.mean()) if len(backward) else 0.0,
-              test_accuracy_sampled_pooled=float("nan"))
+def checkpoint_manager(algorithm: PersonalizedAlgorithm, data: FederatedData,
+                       output_dir: str, fingerprint: dict,
+                       initial_state: Any = None) -> CheckpointManager:
+  """The checkpoints of the run in `output_dir` (runs `initialize` if not given)."""
+  if initial_state is None:
+    initial_state = algorithm.process.initialize()
+  return CheckpointManager(
+      os.path.join(output_dir, CHECKPOINT_DIR), fingerprint, server_template=initial_state,
+      client_template=algorithm.initial_client_state(0, data.num_classes[0]),
+      num_clients=data.num_clients)
 
 
-def _final_mean(values: list) -> float:
-  tail = [v for v in values[-FINAL_WINDOW:] if v == v]  # drop NaN
+def _round_row(round_num: int, round_time: float, metrics, num_selected: int,
+               refused_states: int) -> dict:
+  """rounds.csv: the round's training metrics, reports, rejections and body passes."""
+  row = dict(round=round_num, round_time_s=round_time, num_selected=num_selected,
+             num_reports=0, num_examples=0.0, sampled_train_loss=float("nan"),
+             rejected_updates=0, rejected_states=refused_states,
+             body_forward_passes=float("nan"), body_backward_passes=float("nan"),
+             test_accuracy_sampled_pooled=float("nan"))
+  if metrics is None:
+    return row
+  train, clients = metrics["train"], metrics["clients"]
+  row.update(num_reports=int(train["num_clients"]),
+             num_examples=float(train["num_examples"]),
+             sampled_train_loss=float(train["loss"]),
+             rejected_updates=int(train["rejected_updates"]),
+             body_forward_passes=float(np.mean([c["body_forward_passes"]
+                                                for c in clients])),
+             body_backward_passes=float(np.mean([c["body_backward_passes"]
+                                                 for c in clients])))
+  return row
+
+
+def _final_mean(values) -> float:
+  tail = [v for v in list(values)[-FINAL_WINDOW:] if v == v]  # drop NaN
   return float(np.mean(tail)) if tail else float("nan")
 
 
-def _summary(config: RunConfig, history, sampled_history, round_times, wall_time,
-             data: FederatedData, clients_seen: int) -> dict:
-  evals = {k: v[1:] if len(v) > 1 else v for k, v in history.items()}  # skip round 0
-  final = {name: _final_mean(evals[name]) for name in
+def _column(rows: list[dict], name: str) -> list[float]:
+  return [r.get(name, float("nan")) for r in rows]
+
+
+def _summary(config: RunConfig, history: list[dict], rounds: list[dict],
+             wall_time: float, data: FederatedData, clients_seen: int) -> dict:
+  evals = [r for r in history if r["round"] > 0] or history  # skip round 0
+  final = {name: _final_mean(_column(evals, name)) for name in
            ("test_accuracy_mean", "test_accuracy_pooled", "test_accuracy_std",
             "test_accuracy_worst10", "train_loss")}
-  final["test_accuracy_sampled_pooled"] = _final_mean([a for _, a in sampled_history])
+  final["test_accuracy_sampled_pooled"] = _final_mean(
+      v for v in _column(rounds, "test_accuracy_sampled_pooled") if v == v)
+  round_times = [v for v in _column(rounds, "round_time_s") if v == v]
   return dict(
       **config.metadata, dataset_display_name=data.spec.display_name,
       rounds=config.rounds, wall_time_s=wall_time,
       time_per_round_s=float(np.mean(round_times)) if round_times else float("nan"),
       clients_seen=clients_seen, num_clients=data.num_clients,
+      reports=int(sum(_column(rounds, "num_reports"))),
+      rejected_updates=int(sum(_column(rounds, "rejected_updates"))),
       final=final,
       final_protocols={
           "test_accuracy_mean": "all clients, current body and own head, mean over clients",
@@ -190,17 +244,21 @@ def _write_clients_csv(path: str, table: dict[str, np.ndarray], data: FederatedD
   writer.close()
 
 
-def _plot(config: RunConfig, history, sampled_history, data: FederatedData) -> None:
+def _plot(config: RunConfig, history: list[dict], rounds: list[dict],
+          data: FederatedData) -> None:
   meta = config.metadata
   title = (f"{meta.get('algorithm', '').upper()} on {data.spec.display_name}, "
            f"{meta.get('personalization', '')} personalization, "
            f"I={data.num_clients}")
-  accuracy = {"all clients, mean": (history["round"], history["test_accuracy_mean"]),
-              "all clients, worst 10%": (history["round"],
-                                         history["test_accuracy_worst10"])}
-  if sampled_history:
-    rounds, values = zip(*sampled_history)
-    accuracy["sampled clients, pooled (ref. code)"] = (rounds, values)
+  eval_rounds = _column(history, "round")
+  accuracy = {"all clients, mean": (eval_rounds, _column(history, "test_accuracy_mean")),
+              "all clients, worst 10%": (eval_rounds,
+                                         _column(history, "test_accuracy_worst10"))}
+  sampled = [(r["round"], r["test_accuracy_sampled_pooled"]) for r in rounds
+             if r.get("test_accuracy_sampled_pooled", float("nan")) == r.get(
+                 "test_accuracy_sampled_pooled")]
+  if sampled:
+    accuracy["sampled clients, pooled (ref. code)"] = tuple(zip(*sampled))
   outputs.plot_curves(os.path.join(config.output_dir, "curves.png"), title,
-                      history["round"], history["train_loss"], accuracy,
+                      eval_rounds, _column(history, "train_loss"), accuracy,
                       config.reference_accuracy)

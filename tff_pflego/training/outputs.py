@@ -1,4 +1,4 @@
-"""Run outputs: CSV files, TensorBoard events, summary.json and the curves PNG."""
+"""Run outputs written directly: clients.csv, summary.json and the curves PNG."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import os
 from typing import Mapping, Sequence
 
 import numpy as np
-import tensorflow as tf
 
 
 class CsvWriter:
@@ -38,22 +37,6 @@ def _plain(value):
   if isinstance(value, np.integer):
     return int(value)
   return value
-
-
-class TensorBoardWriter:
-
-  def __init__(self, logdir: str):
-    self._writer = tf.summary.create_file_writer(logdir)
-
-  def write(self, step: int, scalars: Mapping[str, float], prefix: str = "") -> None:
-    with self._writer.as_default(step=step):
-      for name, value in scalars.items():
-        if isinstance(value, (int, float, np.integer, np.floating)):
-          tf.summary.scalar(prefix + name, float(value))
-    self._writer.flush()
-
-  def close(self) -> None:
-    self._writer.close()
 
 
 def write_json(path: str, data: Mapping) -> None:
