@@ -23,3 +23,11 @@ def tff_context():
 def data_dir(tmp_path_factory) -> str:
   """A session-wide data dir; FASHION_MNIST prepared once into it by the tests using it."""
   return os.environ.get("TFF_PFLEGO_TEST_DATA_DIR") or str(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture(scope="session")
+def prepared(data_dir) -> str:
+  """`data_dir` with Fashion-MNIST split into 5 clients, for the binaries' tiny runs."""
+  from tff_pflego.data import load_federated_data
+  load_federated_data("fashion_mnist", "high", 5, seed=0, data_dir=data_dir)
+  return data_dir

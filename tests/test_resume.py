@@ -12,7 +12,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tests.test_processes import ENV, prepared, tiny_run  # noqa: F401  (fixture)
+from tests.test_processes import ENV, tiny_run
 
 ROUNDS = 6
 TIMING_COLUMNS = {"wall_time_s", "round_time_s"}

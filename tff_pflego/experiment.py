@@ -27,7 +27,6 @@ PAPER_ACCURACY = {("fashion_mnist", "pflego", "high"): 0.9634,
                   ("fashion_mnist", "pflego", "medium"): 0.8984,
                   ("fashion_mnist", "pflego", "none"): 0.8149}
 RUN_FILES = ("metrics.csv", "rounds.csv", "summary.json", "clients.csv", "curves.png")
-CONFIG_FILE = "config.json"
 
 
 @dataclasses.dataclass
@@ -175,9 +174,8 @@ def _prepare(c: ExperimentConfig) -> _Prepared:
   fingerprint = dict(dataset=c.dataset, algorithm=c.algorithm,
                      personalization=c.personalization, num_clients=c.num_clients,
                      clients_per_round=c.clients_per_round,
-                     participation_prob=c.participation_prob,
-                     dropout_prob=c.dropout_prob, seed=c.seed,
-                     algorithm_config=dataclasses.asdict(algorithm_config))
+                     participation_prob_flag=c.participation_prob,
+                     dropout_prob=c.dropout_prob) | dataclasses.asdict(algorithm_config)
   return _Prepared(data, sampler, algorithm_config, fingerprint)
 
 
@@ -199,10 +197,10 @@ def run_experiment(config: ExperimentConfig) -> dict:
       rounds=c.rounds, output_dir=c.output_dir, eval_every=c.eval_every,
       sampled_eval=c.sampled_eval, progress=c.progress, metadata=metadata,
       reference_accuracy=PAPER_ACCURACY.get((c.dataset, c.algorithm, c.personalization)),
-      checkpoint_every=c.checkpoint_every, resume=c.resume, fingerprint=p.fingerprint)
+      checkpoint_every=c.checkpoint_every, resume=c.resume, fingerprint=p.fingerprint,
+      settings=dataclasses.asdict(c) | dict(workers=list(c.workers)))
   if not c.resume:  # a fresh run replaces the old one's checkpoints (--overwrite)
     shutil.rmtree(os.path.join(c.output_dir, driver.CHECKPOINT_DIR), ignore_errors=True)
-  _write_config(c)
   with runtime.execution_context(
       c.workers, log_path=os.path.join(c.output_dir, "tff_worker.log")):
     algorithm = build_algorithm(c.algorithm, p.algorithm_config)
@@ -214,13 +212,13 @@ def run_experiment(config: ExperimentConfig) -> dict:
 
 def export_experiment(output_dir: str, export_dir: str) -> dict[str, str]:
   """Exports the newest checkpoint of the run in `output_dir` (see `export.py`)."""
-  path = os.path.join(output_dir, CONFIG_FILE)
+  path = os.path.join(output_dir, driver.CONFIG_FILE)
   try:
     with open(path) as f:
       saved = json.load(f)
     c = ExperimentConfig(**{k: v for k, v in saved.items() if k != "workers"})
   except FileNotFoundError:
-    raise UserError(f"--output_dir {output_dir} holds no run ({CONFIG_FILE} is "
+    raise UserError(f"--output_dir {output_dir} holds no run ({driver.CONFIG_FILE} is "
                     "missing)") from None
   except (json.JSONDecodeError, TypeError) as e:
     raise UserError(f"{path} is not a run configuration: {e}") from None
@@ -240,13 +238,6 @@ def _export(c: ExperimentConfig, p: _Prepared, algorithm,
                            source=dict(output_dir=os.path.abspath(c.output_dir),
                                        dataset=c.dataset, algorithm=c.algorithm,
                                        personalization=c.personalization, seed=c.seed))
-
-
-def _write_config(c: ExperimentConfig) -> None:
-  path = os.path.join(c.output_dir, CONFIG_FILE)
-  with open(path + ".tmp", "w") as f:
-    json.dump(dataclasses.asdict(c) | dict(workers=list(c.workers)), f, indent=1)
-  os.replace(path + ".tmp", path)
 
 
 __all__ = ["ExperimentConfig", "resolve", "run_experiment", "export_experiment"]

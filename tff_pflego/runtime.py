@@ -311,8 +311,9 @@ def remote_execution_context(addresses: Sequence[str], ready_timeout: float = 30
       async_contexts = []
       for address in addresses:
         try:
+          socket.create_connection(parse_address(address), timeout=10.0).close()
           channel, factory = _connect(address, None, 0, ready_timeout)
-        except RuntimeError as e:
+        except (OSError, RuntimeError) as e:
           raise UserError(f"--workers: no TFF worker answers at {address} "
                           f"(start one with `python binaries/worker.py --port=PORT`): "
                           f"{e}") from e

@@ -151,17 +151,6 @@ def partition_name(dataset: str, personalization: str, num_clients: int, seed: i
   return f"{dataset}_{personalization}_i{num_clients}_s{seed}"
 
 
-def _check_every_client_has_examples(partition: partition_lib.ClientPartition,
-                                     dataset: str, num_clients: int) -> None:
-  for part, indices in (("train", partition.train_indices),
-                        ("test", partition.test_indices)):
-    empty = [i for i, idx in enumerate(indices) if len(idx) == 0]
-    if empty:
-      raise UserError(
-          f"{dataset} split into {num_clients} clients leaves {len(empty)} client(s) "
-          f"with no {part} examples (first: {client_id(empty[0])}); use fewer clients")
-
-
 _TFRECORD_FRAMING_BYTES = 16  # length (8) + length CRC (4) + data CRC (4) per record
 
 
@@ -214,7 +203,6 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
     else:
       partition = partition_lib.partition_by_alphabet(
           arrays["drawings"].labels, arrays["drawings"].groups, num_clients, seed)
-    _check_every_client_has_examples(partition, dataset, num_clients)
     builder = ClientSplits(partition=partition, arrays_fn=lambda: arrays, **builder_kwargs)
     tfds.disable_progress_bar()  # one bar per client split would flood the log
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(

@@ -22,6 +22,7 @@ from typing import Callable, Optional
 
 import numpy as np
 import tensorflow_datasets as tfds
+from tensorflow_datasets.core.download.extractor import ExtractError
 
 from tff_pflego.data import builders
 from tff_pflego.errors import DatasetNotFoundError, UserError
@@ -144,7 +145,7 @@ def load_arrays(spec: DatasetSpec, data_dir: str,
     try:
       tfds.disable_progress_bar()
       builder.download_and_prepare(download_config=config)
-    except (ValueError, OSError, EOFError) as e:
+    except (ValueError, OSError, EOFError, ExtractError) as e:
       raise UserError(
           f"{spec.display_name}: could not prepare from {manual_dir}: "
           f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from e

@@ -125,7 +125,7 @@ class CheckpointManager:
                             f"expected {FORMAT!r}")
     saved = json.loads(_as_str(raw["fingerprint"]))
     differences = [f"{k}: checkpoint {saved.get(k)!r}, this run {v!r}"
-                   for k, v in json.loads(_to_json(self._fingerprint)).items()
+                   for k, v in sorted(json.loads(_to_json(self._fingerprint)).items())
                    if saved.get(k) != v]
     if differences:
       raise CheckpointError(f"checkpoint {path} belongs to another run ("

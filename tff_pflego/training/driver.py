@@ -46,6 +46,7 @@ FINAL_WINDOW = 10
 CLIENT_FIELDS = ["client", "classes", "num_train", "num_test", "train_loss",
                  "train_accuracy", "test_loss", "test_accuracy"]
 CHECKPOINT_DIR = "checkpoints"
+CONFIG_FILE = "config.json"
 
 
 @dataclasses.dataclass
@@ -60,6 +61,7 @@ class RunConfig:
   checkpoint_every: int = 10  # and always after the last round; 0: only then
   resume: bool = True  # continue from the newest checkpoint in output_dir, if any
   fingerprint: dict = dataclasses.field(default_factory=dict)  # must match to resume
+  settings: dict = dataclasses.field(default_factory=dict)  # saved as config.json
 
 
 def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: ClientSampler,
@@ -97,6 +99,8 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
     sampler.set_state(committed.sampler_state)
     logging.info("resuming from the checkpoint of round %d", committed.round_num)
   state = committed.server_state
+  # Only now, with the checkpoint accepted, does the run touch its directory.
+  outputs.write_json(os.path.join(config.output_dir, CONFIG_FILE), config.settings)
   releaser = RunReleaser(config.output_dir, committed.round_num if resumed else None)
   saved_round = committed.round_num if resumed else None
   start = time.monotonic() - committed.elapsed_s

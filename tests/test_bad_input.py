@@ -1,0 +1,178 @@
+"""Bad input, table-driven: one clear line, exit code 2, no traceback, nothing lost.
+
+Every case runs the real binary. Cases that point at an existing run check that not a
+byte of it changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import shutil
+import subprocess
+from typing import Callable
+
+import pytest
+
+from tests.test_processes import ENV, TRAIN, tiny_run
+
+FASHION_RAW = "/usr/share/datasets/fashion-mnist"
+
+
+@dataclasses.dataclass
+class Case:
+  name: str
+  args: Callable[["Ctx"], list[str]]  # the command line, given the context
+  message: str  # must appear in the single "error: " line
+  protects_run: bool = False  # the case points at a finished run: it must be untouched
+
+
+@dataclasses.dataclass
+class Ctx:
+  tmp: str
+  data_dir: str
+  run_dir: str  # a private copy of a finished 2-round run with checkpoints
+
+  def tiny(self, output_dir=None, **overrides) -> list[str]:
+    args = tiny_run(self.data_dir, output_dir or os.path.join(self.tmp, "out"))
+    return [a for a in args if a.split("=")[0] not in {f"--{k}" for k in overrides}] + [
+        f"--{k}={v}" for k, v in overrides.items()]
+
+
+def _truncated_raw_dir(ctx: Ctx) -> str:
+  raw = os.path.join(ctx.tmp, "raw", "mnist")
+  os.makedirs(raw)
+  for name in os.listdir(FASHION_RAW):
+    shutil.copy(os.path.join(FASHION_RAW, name), raw)
+  with open(os.path.join(raw, "train-images-idx3-ubyte.gz"), "r+b") as f:
+    f.truncate(100_000)
+  return os.path.dirname(raw)
+
+
+def _damaged_client_file(ctx: Ctx) -> str:
+  data = os.path.join(ctx.tmp, "data")
+  shutil.copytree(ctx.data_dir, data, symlinks=True)
+  for root, _, files in os.walk(os.path.join(data, "tfds", "clients")):
+    for name in files:
+      if "client00001_train.tfrecord" in name:
+        with open(os.path.join(root, name), "r+b") as f:
+          f.truncate(1000)
+  return data
+
+
+def _corrupt_newest_checkpoint(ctx: Ctx) -> str:
+  newest = os.path.join(ctx.run_dir, "checkpoints", "round_2", "variables")
+  for name in os.listdir(newest):
+    if name.startswith("variables.data"):
+      with open(os.path.join(newest, name), "r+b") as f:
+        f.truncate(10)
+  return ctx.run_dir
+
+
+def _a_file(ctx: Ctx) -> str:
+  path = os.path.join(ctx.tmp, "a_file")
+  with open(path, "w") as f:
+    f.write("not a directory")
+  return path
+
+
+CASES = [
+    Case("negative rounds", lambda c: c.tiny(rounds=-1), "--rounds must be >= 1"),
+    Case("rounds not a number", lambda c: c.tiny(rounds="many"), "--rounds"),
+    Case("r > I", lambda c: c.tiny(clients_per_round=9), "--clients_per_round must be in"),
+    Case("unknown dataset", lambda c: c.tiny(dataset="imagenet"), "unknown dataset"),
+    Case("unknown degree", lambda c: c.tiny(personalization="extreme"),
+         "unknown personalization"),
+    Case("unknown algorithm", lambda c: c.tiny(algorithm="sgd"), "unknown algorithm"),
+    Case("tau = 0", lambda c: c.tiny(local_steps=0), "--local_steps must be >= 1"),
+    Case("negative rho", lambda c: c.tiny(server_lr=-1), "--server_lr must be > 0"),
+    Case("zero beta", lambda c: c.tiny(client_lr=0), "--client_lr must be > 0"),
+    Case("unknown server optimizer", lambda c: c.tiny(server_optimizer="rmsprop"),
+         "--server_optimizer must be adam or sgd"),
+    Case("unknown head step", lambda c: c.tiny(head_step="half"), "--head_step must be"),
+    Case("pi > 1", lambda c: [a for a in c.tiny(participation_prob=1.5)
+                              if not a.startswith("--clients_per_round")],
+         "--participation_prob must be in"),
+    Case("r and pi together", lambda c: c.tiny(participation_prob=0.2), "not both"),
+    Case("eval_every = 0", lambda c: c.tiny(eval_every=0), "--eval_every must be >= 1"),
+    Case("dropout = 1", lambda c: c.tiny(dropout_prob=1.0), "--dropout_prob must be in"),
+    Case("negative checkpoint_every", lambda c: c.tiny(checkpoint_every=-1),
+         "--checkpoint_every must be >= 0"),
+    Case("worker address without port", lambda c: c.tiny(workers="localhost"),
+         "not a host:port address"),
+    Case("no worker at the address", lambda c: c.tiny(workers="localhost:1"),
+         "no TFF worker answers at localhost:1"),
+    Case("resume and overwrite", lambda c: c.tiny() + ["--resume", "--overwrite"],
+         "not both"),
+    Case("positional argument", lambda c: c.tiny() + ["extra"], "unexpected positional"),
+    Case("output dir not writable", lambda c: c.tiny(output_dir="/proc/forbidden"),
+         "is not writable"),
+    Case("output dir is a file", lambda c: c.tiny(_a_file(c)), "is a file, not a directory"),
+    Case("export dir not writable", lambda c: c.tiny(export_dir="/proc/forbidden"),
+         "--export_dir /proc/forbidden is not writable"),
+    Case("raw dataset missing",
+         lambda c: c.tiny(dataset="mnist", raw_data_dir=os.path.join(c.tmp, "nothing"),
+                          data_dir=os.path.join(c.tmp, "fresh")),
+         "expected raw file"),
+    Case("raw dataset truncated",
+         lambda c: c.tiny(dataset="mnist", raw_data_dir=_truncated_raw_dir(c),
+                          data_dir=os.path.join(c.tmp, "fresh")),
+         "could not prepare"),
+    Case("client file truncated", lambda c: c.tiny(data_dir=_damaged_client_file(c)),
+         "is damaged"),
+    Case("a client with no examples", lambda c: c.tiny(num_clients=7000),
+         "get no test examples; use fewer clients"),
+    Case("run exists, no resume", lambda c: c.tiny(c.run_dir) + ["--noresume"],
+         "already holds a run", protects_run=True),
+    Case("checkpoint of other settings", lambda c: c.tiny(c.run_dir, seed=1),
+         "seed: checkpoint 0, this run 1)", protects_run=True),
+    Case("checkpoint of another model", lambda c: c.tiny(c.run_dir, personalization="none"),
+         "personalization: checkpoint 'high', this run 'none'", protects_run=True),
+    Case("checkpoint past --rounds", lambda c: c.tiny(c.run_dir, rounds=1),
+         "is at round 2, past --rounds=1", protects_run=True),
+    Case("corrupted checkpoint",
+         lambda c: c.tiny(_corrupt_newest_checkpoint(c)), "cannot be read",
+         protects_run=True),
+]
+
+
+@pytest.fixture(scope="module")
+def finished_run(prepared, tmp_path_factory) -> str:
+  out = str(tmp_path_factory.mktemp("finished") / "run")
+  result = subprocess.run(tiny_run(prepared, out) + ["--checkpoint_every=1"], env=ENV,
+                          capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return out
+
+
+def _digest(path: str) -> dict[str, str]:
+  digests = {}
+  for root, _, files in os.walk(path):
+    for name in files:
+      full = os.path.join(root, name)
+      with open(full, "rb") as f:
+        digests[os.path.relpath(full, path)] = hashlib.sha256(f.read()).hexdigest()
+  return digests
+
+
+def test_the_table_has_twenty_distinct_mistakes():
+  assert len({c.name for c in CASES}) == len(CASES) >= 20
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_input_is_one_line_exit_2_and_loses_nothing(case, prepared, finished_run,
+                                                        tmp_path):
+  run_dir = str(tmp_path / "run")
+  shutil.copytree(finished_run, run_dir)
+  ctx = Ctx(str(tmp_path), prepared, run_dir)
+  args = case.args(ctx)
+  before = _digest(run_dir)
+  result = subprocess.run(TRAIN + args[len(TRAIN):], env=ENV, capture_output=True,
+                          text=True, timeout=300)
+  assert result.returncode == 2, result.stderr[-3000:]
+  errors = [l for l in result.stderr.splitlines() if l.startswith("error: ")]
+  assert len(errors) == 1 and case.message in errors[0], result.stderr[-3000:]
+  assert "Traceback" not in result.stderr
+  if case.protects_run:
+    assert _digest(run_dir) == before
