@@ -23,7 +23,8 @@ from tff_pflego.data import sources
 
 _DATASET = flags.DEFINE_string(
     "dataset", "fashion_mnist", f"One of {', '.join(sorted(sources.DATASETS))}.")
-_ALGORITHM = flags.DEFINE_string("algorithm", "pflego", "Algorithm: pflego.")
+_ALGORITHM = flags.DEFINE_string(
+    "algorithm", "pflego", "pflego, or a baseline: fedavg, fedprox, fedper, fedrep, fedbabu.")
 _PERSONALIZATION = flags.DEFINE_string(
     "personalization", "high", "Degree: high (K=2), medium (K=C/2) or none (K=C).")
 _NUM_CLIENTS = flags.DEFINE_integer("num_clients", None, "I (paper: 100; Omniglot 50).")
@@ -67,6 +68,11 @@ _RESUME = flags.DEFINE_bool(
 _WORKERS = flags.DEFINE_list(
     "workers", [], "host:port of TFF workers (binaries/worker.py) to run the rounds on, "
     "clients spread across them; empty: a private local worker.")
+_PROX_MU = flags.DEFINE_float("prox_mu", 0.25, "FedProx: mu of (mu/2)||w - w_t||^2.")
+_BODY_STEPS = flags.DEFINE_integer(
+    "body_steps", 5, "FedRep: body-only steps after tau - body_steps head-only steps; "
+    "FedBabu: body steps per round.")
+_MOMENTUM = flags.DEFINE_float("momentum", 0.9, "FedBabu: local heavy-ball momentum.")
 _EXPORT_DIR = flags.DEFINE_string(
     "export_dir", None, "At the end, export body, heads and TFF computations here "
     "(see binaries/export.py).")
@@ -88,7 +94,8 @@ def main(argv: list[str]) -> None:
       raw_data_dir=_RAW_DATA_DIR.value, overwrite=_OVERWRITE.value,
       progress=_PROGRESS.value, dropout_prob=_DROPOUT_PROB.value,
       checkpoint_every=_CHECKPOINT_EVERY.value, resume=_RESUME.value,
-      workers=tuple(_WORKERS.value), export_dir=_EXPORT_DIR.value)
+      workers=tuple(_WORKERS.value), export_dir=_EXPORT_DIR.value,
+      prox_mu=_PROX_MU.value, body_steps=_BODY_STEPS.value, momentum=_MOMENTUM.value)
   summary = run_experiment(config)
   print_summary(summary, config.output_dir)
 

@@ -35,18 +35,36 @@ _PFLEGO_RATES = {
 }
 
 
+# Client rate beta of the model-averaging baselines (Table 6: .007 almost everywhere).
+_BASELINE_RATE = 0.007
+_BASELINE_RATE_EXCEPTIONS = {
+    ("cifar10", "fedper", "none"): 0.005, ("cifar10", "fedper", "medium"): 0.005,
+    ("cifar10", "fedrep", "high"): 0.005, ("fashion_mnist", "fedrep", "high"): 0.003,
+}
+BASELINES = ("fedavg", "fedprox", "fedper", "fedrep", "fedbabu")
+ALGORITHMS = ("pflego",) + BASELINES
+
+
 def paper_defaults(dataset: str, algorithm: str, personalization: str) -> Hyperparameters:
-  if algorithm != "pflego":
-    raise UserError(f"unknown algorithm {algorithm!r}; available: pflego")
+  if algorithm not in ALGORITHMS:
+    raise UserError(f"unknown algorithm {algorithm!r}; available: {', '.join(ALGORITHMS)}")
   if dataset not in _PFLEGO_RATES:
     raise UserError(f"unknown dataset {dataset!r}; choose one of "
                     f"{', '.join(sorted(_PFLEGO_RATES))}")
   if personalization not in ("high", "medium", "none"):
     raise UserError(f"unknown personalization {personalization!r}; "
                     "choose high, medium or none")
-  beta, rho = _PFLEGO_RATES[dataset][personalization]
+  if algorithm == "pflego":
+    beta, rho = _PFLEGO_RATES[dataset][personalization]
+    optimizer = "adam"
+  else:  # the server averages the clients' models: w <- w - 1.0 * mean(w - w_i)
+    beta = 0.009 if dataset == "omniglot" else _BASELINE_RATE_EXCEPTIONS.get(
+        (dataset, algorithm, personalization), _BASELINE_RATE)
+    rho, optimizer = 1.0, "sgd"
   if dataset == "omniglot":
     return Hyperparameters(num_clients=50, clients_per_round=10, rounds=5000,
-                           local_steps=50, client_lr=beta, server_lr=rho)
+                           local_steps=50, client_lr=beta, server_lr=rho,
+                           server_optimizer=optimizer)
   return Hyperparameters(num_clients=100, clients_per_round=20, rounds=200,
-                         local_steps=50, client_lr=beta, server_lr=rho)
+                         local_steps=50, client_lr=beta, server_lr=rho,
+                         server_optimizer=optimizer)

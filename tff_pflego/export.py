@@ -105,7 +105,9 @@ def export_run(export_dir: str, algorithm: PersonalizedAlgorithm, run: RunState,
                       signatures={"serving_default": body_module.serve})
   body.save(paths["body.keras"])
 
-  states = run.client_states
+  visited = sorted(run.client_states)  # heads as evaluated (FedAvg: the shared one)
+  states = dict(zip(visited, algorithm.evaluation_states(
+      run.server_state, [run.client_states[i] for i in visited])))
   max_classes = algorithm.types.max_classes
   kernels = np.zeros((data.num_clients, algorithm.types.feature_dim, max_classes),
                      np.float32)

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import tensorflow_federated as tff
 
-from tff_pflego.algorithms import common, pflego
+from tff_pflego.algorithms import averaging, common, pflego
 from tff_pflego.models import build_body
 
 
@@ -28,6 +28,9 @@ class AlgorithmConfig:
   head_step: str = "exact"
   head_optimizer: str = "monotone_gd"
   seed: int = 0
+  prox_mu: float = 0.25  # FedProx
+  body_steps: int = 5  # FedRep's body-only steps, FedBabu's body steps
+  momentum: float = 0.9  # FedBabu
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +42,8 @@ class PersonalizedAlgorithm:
   types: common.ModelTypes
   body_weights: Callable[[Any], tff.learning.models.ModelWeights]
   initial_client_state: Callable[[int, int], collections.OrderedDict]
+  # The client states to evaluate with (FedAvg: each client's head := the shared one).
+  evaluation_states: Callable[[Any, list], list] = lambda state, states: states
 
 
 def _build_pflego(config: AlgorithmConfig) -> PersonalizedAlgorithm:
@@ -64,8 +69,40 @@ def _initial_client_state(client_index: int, num_classes: int, *,
                                      types.max_classes, seed)
 
 
+def _build_averaging(name: str, config: AlgorithmConfig) -> PersonalizedAlgorithm:
+  body_fn = functools.partial(build_body, config.body, config.image_shape, config.seed)
+  types = common.model_types(body_fn, config.image_shape, config.max_classes)
+  plan = averaging.paper_plan(name, config.local_steps, config.client_lr, config.prox_mu,
+                              config.body_steps, config.momentum)
+  process = averaging.build_averaging_process(
+      body_fn, plan, image_shape=config.image_shape, max_classes=config.max_classes,
+      seed=config.seed)
+  num_body = len(types.weights.trainable)
+  initial = functools.partial(_initial_client_state, types=types, seed=config.seed)
+  if name == "fedbabu":  # every client starts from (and keeps) one orthogonal head
+    fixed = averaging.orthogonal_head(types.feature_dim, types.max_classes, config.seed)
+    initial = functools.partial(_with_head, initial, fixed)
+
+  def evaluation_states(state, states):
+    if not plan.shared_head:
+      return states
+    head = averaging.split_shared(state.model, num_body, True)[1]
+    return [collections.OrderedDict(s, head=head) for s in states]
+
+  return PersonalizedAlgorithm(
+      name=name, process=process, body_fn=body_fn, types=types,
+      body_weights=functools.partial(averaging.body_weights, num_body_trainable=num_body,
+                                     shared_head=plan.shared_head),
+      initial_client_state=initial, evaluation_states=evaluation_states)
+
+
+def _with_head(initial_state_fn, head, client_index: int, num_classes: int):
+  return collections.OrderedDict(initial_state_fn(client_index, num_classes), head=head)
+
+
 ALGORITHMS: dict[str, Callable[[AlgorithmConfig], PersonalizedAlgorithm]] = {
     "pflego": _build_pflego,
+    **{name: functools.partial(_build_averaging, name) for name in averaging.PLAN_NAMES},
 }
 
 

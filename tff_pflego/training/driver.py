@@ -81,9 +81,11 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
   store = ClientStateStore(lambda i: algorithm.initial_client_state(i, num_classes[i]))
   all_clients = np.arange(data.num_clients)
 
-  def evaluate_clients(weights, indices) -> dict[str, np.ndarray]:
+  def evaluate_clients(server_state, indices) -> dict[str, np.ndarray]:
     ids = [data.client_ids[i] for i in indices]
-    return evaluation.per_client_table(evaluate(weights, ids, store.get(indices)))
+    states = algorithm.evaluation_states(server_state, store.get(indices))
+    return evaluation.per_client_table(
+        evaluate(algorithm.body_weights(server_state), ids, states))
 
   initial_state = process.initialize()
   checkpoints = checkpoint_manager(algorithm, data, config.output_dir, config.fingerprint,
@@ -114,7 +116,7 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
       runtime.raise_if_stopped()
       if round_num > 0:
         reporting = sampler.sample()
-        trained_with = algorithm.body_weights(state)
+        trained_with = state
         t0 = time.monotonic()
         if len(reporting):
           ids = [data.client_ids[i] for i in reporting]
@@ -135,7 +137,7 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
         releaser.release_round(round_num, row)
       if (round_num % config.eval_every == 0
           or round_num > config.rounds - FINAL_WINDOW):  # `final` = last 10 rounds
-        table = evaluate_clients(algorithm.body_weights(state), all_clients)
+        table = evaluate_clients(state, all_clients)
         runtime.raise_if_stopped()
         summary = evaluation.summarize(table)
         releaser.release_evaluation(round_num, dict(

@@ -1,0 +1,162 @@
+"""The model-averaging baselines against hand-computed GD on plain Keras models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import helpers
+from tff_pflego.algorithms import averaging, common, pflego
+from tff_pflego.algorithms.local_training import LocalPhase
+
+K = 3  # every client uses all K_max = 3 classes here, so no masking is involved
+LR, TAU = 0.1, 3
+
+
+def _process(plan):
+  return averaging.build_averaging_process(helpers.body_fn, plan,
+                                           image_shape=helpers.IMAGE_SHAPE, max_classes=K)
+
+
+def _keras_gd(weights, head, x, y, steps, lr, prox_mu=0.0):
+  """`steps` full-batch GD steps on l + (mu/2)||w - w_0||^2 of one plain Keras model."""
+  model = helpers.keras_model(weights, head, K)
+  anchor = [v.numpy() for v in model.trainable_variables]
+  for _ in range(steps):
+    with tf.GradientTape() as tape:
+      loss = helpers.loss_fn(model, x, y)
+    for v, g, a in zip(model.trainable_variables,
+                       tape.gradient(loss, model.trainable_variables), anchor):
+      v.assign_sub(lr * (g + prox_mu * (v - a)))
+  return [v.numpy() for v in model.trainable_variables]
+
+
+@pytest.mark.parametrize("name,mu", [("fedavg", 0.0), ("fedprox", 0.7)])
+def test_one_client_round_is_tau_hand_computed_steps(name, mu):
+  (x, y), = helpers.synthetic_clients((9,), (K,), seed=5)
+  process = _process(averaging.paper_plan(name, TAU, LR, prox_mu=mu))
+  state = process.initialize()
+  weights = list(state.model.trainable)
+  head = dict(kernel=weights[-2], bias=weights[-1])
+  new_state, _, metrics = process.next(state, [helpers.as_dataset(x, y)],
+                                       helpers.client_states((K,), K))
+  expected = _keras_gd(weights[:-2], head, x, y, TAU, LR, prox_mu=mu)
+  for got, want in zip(new_state.model.trainable, expected):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  # The prox term matters after the first step (the test can fail).
+  if mu:
+    plain = _keras_gd(weights[:-2], head, x, y, TAU, LR)
+    assert not np.allclose(plain[0], expected[0], atol=1e-6)
+  counts = metrics["clients"][0]
+  assert (counts["body_forward_passes"], counts["body_backward_passes"]) == (TAU, TAU)
+
+
+def test_fedprox_with_mu_zero_is_fedavg():
+  data = helpers.synthetic_clients((6, 9), (K, K), seed=6)
+  datasets = [helpers.as_dataset(*d) for d in data]
+  results = []
+  for plan in (averaging.paper_plan("fedavg", TAU, LR),
+               averaging.paper_plan("fedprox", TAU, LR, prox_mu=0.0)):
+    process = _process(plan)
+    state, _, _ = process.next(process.initialize(), datasets,
+                               helpers.client_states((K, K), K))
+    results.append(state.model.trainable)
+  for a, b in zip(*results):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_two_clients_are_averaged_by_examples():
+  data = helpers.synthetic_clients((4, 12), (K, K), seed=7)
+  process = _process(averaging.paper_plan("fedavg", TAU, LR))
+  state = process.initialize()
+  weights = list(state.model.trainable)
+  head = dict(kernel=weights[-2], bias=weights[-1])
+  new_state, _, _ = process.next(state, [helpers.as_dataset(*d) for d in data],
+                                 helpers.client_states((K, K), K))
+  local = [_keras_gd(weights[:-2], head, x, y, TAU, LR) for x, y in data]
+  for j, got in enumerate(new_state.model.trainable):
+    np.testing.assert_allclose(got, (4 * local[0][j] + 12 * local[1][j]) / 16,
+                               rtol=1e-5, atol=1e-6)
+
+
+def _types():
+  return common.model_types(helpers.body_fn, helpers.IMAGE_SHAPE, K)
+
+
+@pytest.mark.parametrize("name", ["fedper", "fedrep", "fedbabu"])
+def test_personal_heads_never_reach_the_server(name):
+  types = _types()
+  work = averaging.build_averaging_client_work(
+      helpers.body_fn, averaging.paper_plan(name, TAU, LR), types)
+  assert work.type_signature.result.update == types.weights.trainable
+  head_shapes = {(types.feature_dim, K), (K,)}
+  shapes = {tuple(t.shape) for t in work.type_signature.result.update}
+  assert not shapes & head_shapes
+  assert not averaging.paper_plan(name, TAU, LR).shared_head
+
+
+def test_pflego_sends_no_head():
+  types = _types()
+  work = pflego.build_pflego_client_work(
+      helpers.body_fn, types, local_steps=2, client_lr=0.1, server_lr=0.1,
+      participation_prob=1.0, total_examples=10)
+  assert work.type_signature.result.update == types.weights.trainable
+
+
+def test_personal_heads_stay_with_their_clients():
+  data = helpers.synthetic_clients((5, 8), (K, K), seed=8)
+  states = helpers.client_states((K, K), K, seed=3)
+  process = _process(averaging.paper_plan("fedper", TAU, LR))
+  state = process.initialize()
+  theta = list(state.model.trainable)
+  _, new_states, _ = process.next(state, [helpers.as_dataset(*d) for d in data], states)
+  by_index = {int(s["client_index"]): s["head"] for s in new_states}
+  for i, (x, y) in enumerate(data):  # client i's head: its own tau joint steps
+    expected = _keras_gd(theta, states[i]["head"], x, y, TAU, LR)
+    np.testing.assert_allclose(by_index[i]["kernel"], expected[-2], rtol=1e-5, atol=1e-6)
+
+
+def test_fedbabu_head_is_fixed_and_fedrep_phases_touch_one_part_each():
+  (x, y), = helpers.synthetic_clients((7,), (K,), seed=9)
+  fixed = averaging.orthogonal_head(200, K, seed=0)
+  np.testing.assert_allclose(fixed["kernel"].T @ fixed["kernel"], np.eye(K), atol=1e-6)
+  state_in = [dict(helpers.client_states((K,), K)[0], head=fixed)]
+  process = _process(averaging.paper_plan("fedbabu", TAU, LR))
+  state = process.initialize()
+  new_state, (babu,), metrics = process.next(state, [helpers.as_dataset(x, y)], state_in)
+  np.testing.assert_array_equal(babu["head"]["kernel"], fixed["kernel"])
+  assert not np.allclose(new_state.model.trainable[0], state.model.trainable[0])
+  assert int(metrics["clients"][0]["body_backward_passes"]) == 5
+
+  states = helpers.client_states((K,), K)
+  head_only = _process(averaging.AveragingPlan((LocalPhase("head", TAU, LR),)))
+  s0 = head_only.initialize()
+  s1, (after,), m = head_only.next(s0, [helpers.as_dataset(x, y)], states)
+  for a, b in zip(s0.model.trainable, s1.model.trainable):
+    np.testing.assert_array_equal(a, b)  # head steps leave the body unchanged
+  assert not np.allclose(after["head"]["kernel"], states[0]["head"]["kernel"])
+  assert int(m["clients"][0]["body_backward_passes"]) == 0
+  body_only = _process(averaging.AveragingPlan((LocalPhase("body", TAU, LR),)))
+  s1, (after,), _ = body_only.next(body_only.initialize(), [helpers.as_dataset(x, y)],
+                                   states)
+  np.testing.assert_array_equal(after["head"]["kernel"], states[0]["head"]["kernel"])
+
+
+@pytest.mark.parametrize("name,passes", [("fedavg", (2, 2)), ("fedprox", (2, 2)),
+                                         ("fedper", (2, 2)), ("fedrep", (2, 1)),
+                                         ("fedbabu", (5, 5))])
+def test_every_baseline_runs_two_rounds_on_real_data(name, passes, prepared, tmp_path):
+  import csv
+  from tff_pflego.experiment import ExperimentConfig, run_experiment
+  out = tmp_path / name
+  summary = run_experiment(ExperimentConfig(
+      dataset="fashion_mnist", algorithm=name, num_clients=5, clients_per_round=2,
+      rounds=2, local_steps=2, output_dir=str(out), data_dir=prepared, progress=False,
+      body_steps=1 if name == "fedrep" else 5))
+  assert summary["algorithm"] == name and summary["reports"] == 4
+  assert 0.3 < summary["final"]["test_accuracy_mean"] <= 1.0
+  with open(out / "rounds.csv") as f:
+    rows = list(csv.DictReader(f))
+  assert {(float(r["body_forward_passes"]), float(r["body_backward_passes"]))
+          for r in rows} == {tuple(map(float, passes))}

@@ -1,0 +1,118 @@
+"""Local training shared by every baseline: full-batch gradient descent on chosen parts.
+
+A client's model is a body phi(.; theta) and a linear head (W, b) (padded to K_max and
+masked, `tff_pflego.models.heads`). A local *phase* runs `steps` full-batch GD steps
+(with optional heavy-ball momentum) on the head, the body or both:
+
+    m <- momentum m + grad_v F(v),   v <- v - lr m       (m = 0 at the start of a phase)
+
+on the local objective
+
+    F(theta, W) = l_i(W, theta) + (mu / 2) ||(theta, W)_shared - (theta, W)_round||^2,
+
+where the proximal term (FedProx, Ditto) pulls the weights that the server shares
+toward the round's broadcast values. Every evaluation of l_i runs the body through the
+`BodyPassCounter`, so the cost ledger counts passes as they run: a step that trains the
+body costs one forward and one backward pass, a head-only step costs one forward pass
+(the baselines, unlike PFLEGO, recompute the features).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Callable, Sequence
+
+import tensorflow as tf
+
+from tff_pflego.algorithms import common
+from tff_pflego.models import heads
+
+PARTS = ("head", "body", "both")
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalPhase:
+  """`steps` GD steps on `trains` ("head", "body" or "both") at rate `lr`."""
+  trains: str
+  steps: int
+  lr: float
+  momentum: float = 0.0
+
+  def __post_init__(self):
+    if self.trains not in PARTS:
+      raise ValueError(f"a phase trains one of {PARTS}, got {self.trains!r}")
+    if self.steps < 0:
+      raise ValueError(f"steps must be >= 0, got {self.steps}")
+
+
+def gradient_descent(loss_fn: Callable[[], tf.Tensor], variables: Sequence[tf.Variable],
+                     steps: int, lr: float, momentum: float = 0.0) -> None:
+  """`steps` full-batch GD (heavy-ball) steps on `variables`, in a `tf.while_loop`."""
+  if steps == 0 or not variables:
+    return
+  variables = list(variables)
+
+  def step(i, *velocity):
+    # Only the trained variables are watched: a head-only step records no body ops, so
+    # it runs (and counts) no body backward pass.
+    with tf.GradientTape(watch_accessed_variables=False) as tape:
+      tape.watch(variables)
+      loss = loss_fn()
+    grads = tape.gradient(loss, variables)
+    velocity = [momentum * m + g for m, g in zip(velocity, grads)]
+    updates = [v.assign_sub(lr * m) for v, m in zip(variables, velocity)]
+    with tf.control_dependencies(updates):
+      return (i + 1, *[tf.identity(m) for m in velocity])
+
+  tf.while_loop(lambda i, *_: i < steps, step,
+                (tf.constant(0), *[tf.zeros_like(v) for v in variables]))
+
+
+class LocalModel(tf.Module):
+  """A client's body and head as variables, with the local objective F."""
+
+  def __init__(self, body: tf.keras.Model, counter: common.BodyPassCounter,
+               feature_dim: int, max_classes: int):
+    super().__init__(name="local_model")
+    self.body = body
+    self.counter = counter
+    self.kernel = tf.Variable(tf.zeros((feature_dim, max_classes)), name="head_kernel")
+    self.bias = tf.Variable(tf.zeros((max_classes,)), name="head_bias")
+
+  @property
+  def head(self) -> collections.OrderedDict:
+    return collections.OrderedDict(kernel=self.kernel.read_value(),
+                                   bias=self.bias.read_value())
+
+  def assign_head(self, head) -> None:
+    self.kernel.assign(head["kernel"])
+    self.bias.assign(head["bias"])
+
+  def variables_of(self, part: str) -> list[tf.Variable]:
+    head = [self.kernel, self.bias]
+    if part == "head":
+      return head
+    if part == "body":
+      return list(self.body.trainable_variables)
+    return list(self.body.trainable_variables) + head
+
+  def loss_and_accuracy(self, x, y, mask) -> tuple[tf.Tensor, tf.Tensor]:
+    return heads.head_loss_and_accuracy(self.counter.counted_call(self.body, x), y,
+                                        self.kernel, self.bias, mask)
+
+  def train(self, phases: Sequence[LocalPhase], x, y, mask, prox_mu: float = 0.0,
+            anchor: Sequence[tf.Tensor] = (), anchored: Sequence[tf.Variable] = ()
+            ) -> None:
+    """Runs the phases on F; `anchored` variables are pulled toward `anchor` by mu."""
+
+    def objective():
+      loss, _ = self.loss_and_accuracy(x, y, mask)
+      if prox_mu:
+        loss += 0.5 * prox_mu * tf.add_n([tf.reduce_sum(tf.square(v - a))
+                                          for v, a in zip(anchored, anchor)])
+      return loss
+
+    for phase in phases:
+      gradient_descent(objective, self.variables_of(phase.trains), phase.steps,
+                       phase.lr, phase.momentum)
