@@ -160,3 +160,15 @@ def test_every_baseline_runs_two_rounds_on_real_data(name, passes, prepared, tmp
     rows = list(csv.DictReader(f))
   assert {(float(r["body_forward_passes"]), float(r["body_backward_passes"]))
           for r in rows} == {tuple(map(float, passes))}
+
+
+def test_ledger_bytes_come_from_the_type_signatures():
+  from tff_pflego.training import ledger
+  types = _types()
+  body = 4 * (16 * 200 + 200)  # Dense(200) on a 4x4x1 input, float32
+  head = 4 * (200 * K + K)
+  assert ledger.traffic_per_client(types.weights, types.weights.trainable) == dict(
+      bytes_down=body, bytes_up=body + 4)  # PFLEGO, FedPer, ...: the body only
+  shared = averaging.shared_weights_type(types, shared_head=True)
+  assert ledger.traffic_per_client(shared, shared.trainable) == dict(
+      bytes_down=body + head, bytes_up=body + head + 4)  # FedAvg: body and head

@@ -54,7 +54,7 @@ class AveragingState(NamedTuple):
   round_num: object
 
 
-def _shared_weights_type(types: common.ModelTypes, shared_head: bool):
+def shared_weights_type(types: common.ModelTypes, shared_head: bool):
   if not shared_head:
     return types.weights
   head = types.client_state.head
@@ -110,7 +110,7 @@ def make_averaging_client_update(model: LocalModel, plan: AveragingPlan, max_cla
 def build_averaging_client_work(body_fn: common.BodyFn, plan: AveragingPlan,
                                 types: common.ModelTypes) -> tff.Computation:
   """The client computation (shared weights, dataset, client state) -> client output."""
-  shared_type = _shared_weights_type(types, plan.shared_head)
+  shared_type = shared_weights_type(types, plan.shared_head)
   num_body_trainable = len(types.weights.trainable)
 
   @tff.tensorflow.computation(shared_type, types.dataset, types.client_state)
@@ -119,7 +119,7 @@ def build_averaging_client_work(body_fn: common.BodyFn, plan: AveragingPlan,
                        types.max_classes)
     update = make_averaging_client_update(model, plan, types.max_classes,
                                           num_body_trainable)
-    return tf.function(update)(shared, dataset, client_state)
+    return tf.function(common.timed(update))(shared, dataset, client_state)
 
   return client_work
 
@@ -133,7 +133,7 @@ def build_averaging_process(body_fn: common.BodyFn, plan: AveragingPlan, *,
   same client states and metrics as PFLEGO's process, so the same driver runs both.
   """
   types = common.model_types(body_fn, image_shape, max_classes)
-  shared_type = _shared_weights_type(types, plan.shared_head)
+  shared_type = shared_weights_type(types, plan.shared_head)
   feature_dim = types.feature_dim
 
   distributor = tff.learning.templates.build_broadcast_process(shared_type)

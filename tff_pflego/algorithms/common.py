@@ -111,6 +111,21 @@ class BodyPassCounter(tf.Module):
                                    body_backward_passes=self.backward.read_value())
 
 
+def timed(update: Callable) -> Callable:
+  """Wraps a client update: its metrics gain `client_time_s`, measured by tf.timestamp."""
+
+  def timed_update(*args):
+    start = tf.timestamp()
+    with tf.control_dependencies([start]):
+      output = update(*args)
+    with tf.control_dependencies(tf.nest.flatten(output)):
+      end = tf.timestamp()
+    output["metrics"]["client_time_s"] = tf.cast(end - start, tf.float32)
+    return output
+
+  return timed_update
+
+
 HEAD_OPTIMIZERS = ("gd", "monotone_gd")
 
 

@@ -100,7 +100,7 @@ def build_pflego_client_work(body_fn: common.BodyFn, types: common.ModelTypes,
     counter = common.BodyPassCounter()
     update = make_client_update(body_fn(), counter, max_classes=types.max_classes,
                                 **hparams)
-    return tf.function(update)(weights, dataset, client_state)
+    return tf.function(common.timed(update))(weights, dataset, client_state)
 
   return client_work
 

@@ -42,6 +42,8 @@ class PersonalizedAlgorithm:
   types: common.ModelTypes
   body_weights: Callable[[Any], tff.learning.models.ModelWeights]
   initial_client_state: Callable[[int, int], collections.OrderedDict]
+  broadcast_type: Any  # what the server sends each client (for the cost ledger)
+  update_type: Any  # what each client sends for aggregation, besides its weight N_i
   # The client states to evaluate with (FedAvg: each client's head := the shared one).
   evaluation_states: Callable[[Any, list], list] = lambda state, states: states
 
@@ -60,7 +62,8 @@ def _build_pflego(config: AlgorithmConfig) -> PersonalizedAlgorithm:
       name="pflego", process=process, body_fn=body_fn, types=types,
       body_weights=pflego.body_weights,
       initial_client_state=functools.partial(
-          _initial_client_state, types=types, seed=config.seed))
+          _initial_client_state, types=types, seed=config.seed),
+      broadcast_type=types.weights, update_type=types.weights.trainable)
 
 
 def _initial_client_state(client_index: int, num_classes: int, *,
@@ -78,6 +81,7 @@ def _build_averaging(name: str, config: AlgorithmConfig) -> PersonalizedAlgorith
       body_fn, plan, image_shape=config.image_shape, max_classes=config.max_classes,
       seed=config.seed)
   num_body = len(types.weights.trainable)
+  shared = averaging.shared_weights_type(types, plan.shared_head)
   initial = functools.partial(_initial_client_state, types=types, seed=config.seed)
   if name == "fedbabu":  # every client starts from (and keeps) one orthogonal head
     fixed = averaging.orthogonal_head(types.feature_dim, types.max_classes, config.seed)
@@ -93,7 +97,8 @@ def _build_averaging(name: str, config: AlgorithmConfig) -> PersonalizedAlgorith
       name=name, process=process, body_fn=body_fn, types=types,
       body_weights=functools.partial(averaging.body_weights, num_body_trainable=num_body,
                                      shared_head=plan.shared_head),
-      initial_client_state=initial, evaluation_states=evaluation_states)
+      initial_client_state=initial, evaluation_states=evaluation_states,
+      broadcast_type=shared, update_type=shared.trainable)
 
 
 def _with_head(initial_state_fn, head, client_index: int, num_classes: int):

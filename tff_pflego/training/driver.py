@@ -36,7 +36,7 @@ from tff_pflego import runtime
 from tff_pflego.algorithms.registry import PersonalizedAlgorithm
 from tff_pflego.data.federated import FederatedData
 from tff_pflego.errors import UserError
-from tff_pflego.training import evaluation, outputs
+from tff_pflego.training import evaluation, ledger, outputs
 from tff_pflego.training.checkpoints import CheckpointManager, RunState
 from tff_pflego.training.client_store import ClientStateStore
 from tff_pflego.training.release import RunReleaser, read_rows
@@ -87,6 +87,7 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
     return evaluation.per_client_table(
         evaluate(algorithm.body_weights(server_state), ids, states))
 
+  traffic = ledger.traffic_per_client(algorithm.broadcast_type, algorithm.update_type)
   initial_state = process.initialize()
   checkpoints = checkpoint_manager(algorithm, data, config.output_dir, config.fingerprint,
                                    initial_state)
@@ -127,7 +128,7 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
           logging.warning("round %d: no client reported; the body is unchanged",
                           round_num)
         row = _round_row(round_num, time.monotonic() - t0, metrics,
-                         len(sampler.last_selected), refused)
+                         len(sampler.last_selected), refused) | traffic
         if row["rejected_updates"] or refused:
           logging.warning("round %d: rejected %d non-finite client updates",
                           round_num, row["rejected_updates"])
@@ -187,14 +188,20 @@ def checkpoint_manager(algorithm: PersonalizedAlgorithm, data: FederatedData,
 def _round_row(round_num: int, round_time: float, metrics, num_selected: int,
                refused_states: int) -> dict:
   """rounds.csv: the round's training metrics, reports, rejections and body passes."""
-  row = dict(round=round_num, round_time_s=round_time, num_selected=num_selected,
-             num_reports=0, num_examples=0.0, sampled_train_loss=float("nan"),
+  nan = float("nan")
+  row = dict(round=round_num, round_time_s=round_time, client_time_s=nan,
+             client_time_max_s=nan, server_time_s=nan, num_selected=num_selected,
+             num_reports=0, num_examples=0.0, sampled_train_loss=nan,
              rejected_updates=0, rejected_states=refused_states,
-             body_forward_passes=float("nan"), body_backward_passes=float("nan"),
-             test_accuracy_sampled_pooled=float("nan"))
+             body_forward_passes=nan, body_backward_passes=nan,
+             test_accuracy_sampled_pooled=nan)
   if metrics is None:
     return row
   train, clients = metrics["train"], metrics["clients"]
+  client_times = [float(c["client_time_s"]) for c in clients]
+  row.update(client_time_s=float(np.mean(client_times)),
+             client_time_max_s=max(client_times),
+             server_time_s=round_time - max(client_times))
   row.update(num_reports=int(train["num_clients"]),
              num_examples=float(train["num_examples"]),
              sampled_train_loss=float(train["loss"]),
@@ -211,6 +218,10 @@ def _final_mean(values) -> float:
   return float(np.mean(tail)) if tail else float("nan")
 
 
+def _mean(values: list[float]) -> float:
+  return float(np.mean(values)) if values else float("nan")
+
+
 def _column(rows: list[dict], name: str) -> list[float]:
   return [r.get(name, float("nan")) for r in rows]
 
@@ -224,11 +235,17 @@ def _summary(config: RunConfig, history: list[dict], rounds: list[dict],
   final["test_accuracy_sampled_pooled"] = _final_mean(
       v for v in _column(rounds, "test_accuracy_sampled_pooled") if v == v)
   round_times = [v for v in _column(rounds, "round_time_s") if v == v]
+  mean_of = lambda name: _mean([v for v in _column(rounds, name) if v == v])
   return dict(
       **config.metadata, dataset_display_name=data.spec.display_name,
       rounds=config.rounds, wall_time_s=wall_time,
       time_per_round_s=float(np.mean(round_times)) if round_times else float("nan"),
       clients_seen=clients_seen, num_clients=data.num_clients,
+      client_time_per_round_s=mean_of("client_time_s"),
+      server_time_per_round_s=mean_of("server_time_s"),
+      body_passes_per_client_round=dict(forward=mean_of("body_forward_passes"),
+                                        backward=mean_of("body_backward_passes")),
+      bytes_per_client_round=dict(down=mean_of("bytes_down"), up=mean_of("bytes_up")),
       reports=int(sum(_column(rounds, "num_reports"))),
       rejected_updates=int(sum(_column(rounds, "rejected_updates"))),
       final=final,
