@@ -117,16 +117,16 @@ def resolve(config: ExperimentConfig) -> ExperimentConfig:
       raise UserError(f"--workers: {e}") from None
   _check(len(set(c.workers)) == len(c.workers), "--workers lists a worker twice")
   _check(not (c.resume and c.overwrite), "give --resume or --overwrite, not both")
-  has_checkpoint = _has_checkpoint(c.output_dir)
+  checkpointed = has_checkpoint(c.output_dir)
   if c.resume is None:
-    c.resume = has_checkpoint and not c.overwrite
+    c.resume = checkpointed and not c.overwrite
   _check_output_dir(c.output_dir, c.overwrite or c.resume)
   if c.export_dir is not None:
     _check_writable(c.export_dir, "--export_dir")
   return c
 
 
-def _has_checkpoint(output_dir: str) -> bool:
+def has_checkpoint(output_dir: str) -> bool:
   directory = os.path.join(output_dir, driver.CHECKPOINT_DIR)
   return os.path.isdir(directory) and any(
       name.startswith(checkpoints.PREFIX) for name in os.listdir(directory))

@@ -1,0 +1,139 @@
+r"""Client cost per round: PFLEGO vs FedAvg vs FedPer, the same clients, side by side.
+
+  python binaries/benchmark_cost.py --output_dir=runs/benchmark_cost
+
+For each body (MLP on Fashion-MNIST High-Pers; Conv4 on Omniglot), one sampler draws
+each round's clients and every algorithm runs a round on exactly those clients (tau =
+50, the paper's rates), interleaved, in one process and one TFF runtime. Per client
+and round it records the compute time measured inside the client computation
+(`client_time_s`) and the body passes counted at run time. The cost model allows
+FedAvg / PFLEGO = tau / 2 = 25 (2 forward + 1 backward pass against tau of each);
+the goal is >= 12. Writes benchmark_cost.json and benchmark_cost.png.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow loads
+
+import json
+import time
+
+from absl import flags
+import numpy as np
+
+from tff_pflego import cli
+
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/benchmark_cost", "Where results go.")
+_ALGORITHMS = flags.DEFINE_list("algorithms", ["pflego", "fedavg", "fedper"],
+                                "Algorithms compared; the first is the reference.")
+_MLP_ROUNDS = flags.DEFINE_integer("mlp_rounds", 5, "Rounds timed on Fashion-MNIST.")
+_CONV4_ROUNDS = flags.DEFINE_integer("conv4_rounds", 2, "Rounds timed on Omniglot.")
+_GOAL = flags.DEFINE_float("goal", 12.0, "Required FedAvg / PFLEGO client-time ratio.")
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "Prepared data (default: data/).")
+
+BODIES = (("mlp", "fashion_mnist"), ("conv4", "omniglot"))
+
+
+def measure(dataset: str, rounds: int) -> dict:
+  """Times `rounds` rounds of every algorithm on the same sampled clients."""
+  import tensorflow_federated as tff
+  from tff_pflego import experiment
+  from tff_pflego.algorithms import build_algorithm
+
+  algorithms, data, sampler = {}, None, None
+  for name in _ALGORITHMS.value:
+    config = experiment.ExperimentConfig(dataset=dataset, algorithm=name,
+                                         output_dir=os.path.join(_OUTPUT_DIR.value, "tmp"),
+                                         overwrite=True)
+    if _DATA_DIR.value:
+      config.data_dir = _DATA_DIR.value
+    prepared = experiment._prepare(experiment.resolve(config))  # pylint: disable=protected-access
+    data, sampler = prepared.data, sampler or prepared.sampler
+    algorithm = build_algorithm(name, prepared.algorithm_config)
+    process = tff.simulation.compose_dataset_computation_with_iterative_process(
+        data.train.dataset_computation, algorithm.process)
+    algorithms[name] = dict(algorithm=algorithm, process=process,
+                            state=process.initialize(), heads={})
+  records = {name: dict(client_time_s=[], round_time_s=[], forward=[], backward=[])
+             for name in algorithms}
+  for _ in range(rounds):
+    clients = sampler.sample()
+    ids = [data.client_ids[i] for i in clients]
+    for name, entry in algorithms.items():  # interleaved: the same clients, same load
+      algorithm, heads = entry["algorithm"], entry["heads"]
+      states = [heads.get(int(i)) or algorithm.initial_client_state(
+          int(i), int(data.num_classes[i])) for i in clients]
+      start = time.monotonic()
+      entry["state"], new_states, metrics = entry["process"].next(entry["state"], ids,
+                                                                  states)
+      records[name]["round_time_s"].append(time.monotonic() - start)
+      heads.update({int(s["client_index"]): s for s in new_states})
+      for c in metrics["clients"]:
+        records[name]["client_time_s"].append(float(c["client_time_s"]))
+        records[name]["forward"].append(int(c["body_forward_passes"]))
+        records[name]["backward"].append(int(c["body_backward_passes"]))
+  summary = {}
+  for name, r in records.items():
+    summary[name] = dict(client_time_s=float(np.mean(r["client_time_s"])),
+                         round_time_s=float(np.mean(r["round_time_s"])),
+                         body_forward_passes=float(np.mean(r["forward"])),
+                         body_backward_passes=float(np.mean(r["backward"])))
+  reference = summary[_ALGORITHMS.value[0]]["client_time_s"]
+  for name in summary:
+    summary[name]["client_time_vs_reference"] = summary[name]["client_time_s"] / reference
+  return dict(dataset=dataset, rounds=rounds, clients_per_round=len(ids),
+              algorithms=summary)
+
+
+def plot(path: str, results: dict) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4),
+                           constrained_layout=True, squeeze=False)
+  for ax, (body, result) in zip(axes[0], results.items()):
+    names = list(result["algorithms"])
+    times = [result["algorithms"][n]["client_time_s"] for n in names]
+    bars = ax.bar(names, times, color=["tab:green"] + ["tab:gray"] * (len(names) - 1))
+    for bar, name in zip(bars, names):
+      ratio = result["algorithms"][name]["client_time_vs_reference"]
+      ax.annotate(f"{ratio:.1f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                  ha="center", va="bottom")
+    ax.set(title=f"{body} body ({result['dataset']}), tau = 50",
+           ylabel="client compute time per round (s)")
+    ax.grid(axis="y", alpha=0.3)
+  fig.suptitle("Client cost per round, the same clients (lower is better)")
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def main(argv) -> None:
+  from tff_pflego import runtime
+  os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
+  results = {}
+  with runtime.local_execution_context(
+      log_path=os.path.join(_OUTPUT_DIR.value, "tff_worker.log")):
+    for (body, dataset), rounds in zip(BODIES, (_MLP_ROUNDS.value, _CONV4_ROUNDS.value)):
+      if rounds > 0:
+        results[body] = measure(dataset, rounds)
+  with open(os.path.join(_OUTPUT_DIR.value, "benchmark_cost.json"), "w") as f:
+    json.dump(results, f, indent=1)
+  plot(os.path.join(_OUTPUT_DIR.value, "benchmark_cost.png"), results)
+  print(f"\n{'body':6s} {'algorithm':9s} {'client s/round':>15s} {'vs first':>9s} "
+        f"{'fwd':>5s} {'bwd':>5s}")
+  for body, result in results.items():
+    for name, r in result["algorithms"].items():
+      print(f"{body:6s} {name:9s} {r['client_time_s']:15.3f} "
+            f"{r['client_time_vs_reference']:8.1f}x {r['body_forward_passes']:5.0f} "
+            f"{r['body_backward_passes']:5.0f}")
+    if "fedavg" in result["algorithms"]:
+      ratio = result["algorithms"]["fedavg"]["client_time_vs_reference"]
+      print(f"  {body}: FedAvg / {_ALGORITHMS.value[0]} = {ratio:.1f} "
+            f"({'meets' if ratio >= _GOAL.value else 'misses'} the goal {_GOAL.value:g})")
+
+
+if __name__ == "__main__":
+  cli.run_main(main)

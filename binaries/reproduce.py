@@ -1,0 +1,177 @@
+r"""Runs a grid of experiments (datasets x degrees x algorithms x seeds) and tabulates it.
+
+  python binaries/reproduce.py --datasets=fashion_mnist --degrees=high,medium,none \
+      --algorithms=pflego,fedavg,fedper --seeds=0 --output_dir=runs/reproduce
+
+Each cell is `train.py` with the paper's settings (the same `run_experiment`), in
+`<output_dir>/<dataset>/<degree>/<algorithm>/seed<k>/`. The grid is resumable: a cell
+with a summary.json is skipped, and a cell cut short resumes from its checkpoint.
+Writes, after every cell:
+  results.csv   one row per cell: the mean and std of the last 10 evaluations
+  results.md    one table per dataset: mean +- std over the last 10 evaluations (and
+                across seeds when there are several) beside the paper's value
+  <dataset>_curves.png  train loss and test accuracy per round, one panel per degree,
+                one line per algorithm
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow loads
+
+import csv
+import json
+
+from absl import flags
+import numpy as np
+
+from tff_pflego import cli
+
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/reproduce", "Where the grid goes.")
+_DATASETS = flags.DEFINE_list("datasets", ["fashion_mnist"], "Datasets.")
+_DEGREES = flags.DEFINE_list("degrees", ["high", "medium", "none"], "Personalization.")
+_ALGORITHMS = flags.DEFINE_list(
+    "algorithms", ["pflego", "fedavg", "fedper", "fedprox", "fedrep", "fedbabu"],
+    "Algorithms.")
+_SEEDS = flags.DEFINE_list("seeds", ["0"], "Seeds.")
+_ROUNDS = flags.DEFINE_integer("rounds", None, "T (default: the paper's).")
+_NUM_CLIENTS = flags.DEFINE_integer("num_clients", None, "I (default: the paper's).")
+_EVAL_EVERY = flags.DEFINE_integer("eval_every", 10, "All-client evaluation period.")
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "Prepared data (default: data/).")
+_PROGRESS = flags.DEFINE_bool("progress", True, "A progress bar per run.")
+
+WINDOW = 10
+METRIC = "test_accuracy_mean"
+FIELDS = ["dataset", "degree", "algorithm", "seed", "rounds", "accuracy_mean",
+          "accuracy_std", "sampled_pooled_mean", "train_loss_mean", "time_per_round_s",
+          "client_time_per_round_s", "body_forward", "body_backward", "paper_accuracy",
+          "run_dir"]
+
+
+def cell_dir(dataset: str, degree: str, algorithm: str, seed: int) -> str:
+  return os.path.join(_OUTPUT_DIR.value, dataset, degree, algorithm, f"seed{seed}")
+
+
+def run_cell(dataset: str, degree: str, algorithm: str, seed: int) -> None:
+  from tff_pflego.experiment import ExperimentConfig, has_checkpoint, run_experiment
+  directory = cell_dir(dataset, degree, algorithm, seed)
+  config = ExperimentConfig(
+      dataset=dataset, algorithm=algorithm, personalization=degree, seed=seed,
+      rounds=_ROUNDS.value, num_clients=_NUM_CLIENTS.value, eval_every=_EVAL_EVERY.value,
+      output_dir=directory, progress=_PROGRESS.value,
+      overwrite=not has_checkpoint(directory))  # resume a cut cell, else start afresh
+  if _DATA_DIR.value:
+    config.data_dir = _DATA_DIR.value
+  run_experiment(config)
+
+
+def _rows(path: str) -> list[dict]:
+  with open(path, newline="") as f:
+    return [{k: float(v) if v not in ("", None) else np.nan for k, v in r.items()}
+            for r in csv.DictReader(f)]
+
+
+def cell_result(dataset: str, degree: str, algorithm: str, seed: int) -> dict:
+  from tff_pflego.experiment import PAPER_ACCURACY
+  directory = cell_dir(dataset, degree, algorithm, seed)
+  with open(os.path.join(directory, "summary.json")) as f:
+    summary = json.load(f)
+  evals = [r for r in _rows(os.path.join(directory, "metrics.csv")) if r["round"] > 0]
+  last = np.array([r[METRIC] for r in evals[-WINDOW:]])
+  passes = summary.get("body_passes_per_client_round", {})
+  return dict(dataset=dataset, degree=degree, algorithm=algorithm, seed=seed,
+              rounds=summary["rounds"], accuracy_mean=float(last.mean()),
+              accuracy_std=float(last.std()),
+              sampled_pooled_mean=summary["final"]["test_accuracy_sampled_pooled"],
+              train_loss_mean=summary["final"]["train_loss"],
+              time_per_round_s=summary["time_per_round_s"],
+              client_time_per_round_s=summary.get("client_time_per_round_s"),
+              body_forward=passes.get("forward"), body_backward=passes.get("backward"),
+              paper_accuracy=PAPER_ACCURACY.get((dataset, algorithm, degree)),
+              run_dir=directory)
+
+
+def write_tables(results: list[dict]) -> None:
+  with open(os.path.join(_OUTPUT_DIR.value, "results.csv"), "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=FIELDS)
+    writer.writeheader()
+    writer.writerows(results)
+  lines = ["# Reproduction results", "",
+           f"Test accuracy (%) averaged over ALL clients (current body, own head), mean +- "
+           f"std over the last {WINDOW} evaluations (pooled over seeds when there are "
+           "several); the paper's value (spec section 6) in brackets. Missing cells "
+           "have not run yet.", ""]
+  for dataset in _DATASETS.value:
+    lines += [f"## {dataset}", "", "| algorithm | " + " | ".join(_DEGREES.value) + " |",
+              "|---" * (len(_DEGREES.value) + 1) + "|"]
+    for algorithm in _ALGORITHMS.value:
+      cells = []
+      for degree in _DEGREES.value:
+        mine = [r for r in results if (r["dataset"], r["degree"], r["algorithm"]) ==
+                (dataset, degree, algorithm)]
+        if not mine:
+          cells.append("—")
+          continue
+        means = np.array([r["accuracy_mean"] for r in mine])
+        std = (np.std(means) if len(mine) > 1 else mine[0]["accuracy_std"])
+        paper = mine[0]["paper_accuracy"]
+        cell = f"{100 * means.mean():.2f} ± {100 * std:.2f}"
+        if paper is not None:
+          cell += f" [{100 * paper:.2f}]"
+        cells.append(cell + (f" (n={len(mine)})" if len(mine) > 1 else ""))
+      lines.append(f"| {algorithm} | " + " | ".join(cells) + " |")
+    lines.append("")
+  with open(os.path.join(_OUTPUT_DIR.value, "results.md"), "w") as f:
+    f.write("\n".join(lines))
+
+
+def plot(dataset: str) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  degrees = _DEGREES.value
+  fig, axes = plt.subplots(2, len(degrees), figsize=(5 * len(degrees), 7.5),
+                           constrained_layout=True, squeeze=False)
+  for column, degree in enumerate(degrees):
+    for algorithm in _ALGORITHMS.value:
+      path = os.path.join(cell_dir(dataset, degree, algorithm, int(_SEEDS.value[0])),
+                          "metrics.csv")
+      if not os.path.exists(path):
+        continue
+      rows = _rows(path)
+      rounds = [r["round"] for r in rows]
+      style = dict(lw=2.2 if algorithm == "pflego" else 1.3, label=algorithm)
+      axes[0][column].plot(rounds, [r["train_loss"] for r in rows], **style)
+      axes[1][column].plot(rounds, [100 * r[METRIC] for r in rows], **style)
+    axes[0][column].set(title=f"{degree} personalization", yscale="log",
+                        ylabel="train loss L (log)")
+    axes[1][column].set(xlabel="round", ylabel="test accuracy, all clients (%)")
+    for ax in (axes[0][column], axes[1][column]):
+      ax.grid(alpha=0.3)
+    axes[1][column].legend(loc="lower right")
+  fig.suptitle(f"{dataset}: train loss and test accuracy per round")
+  fig.savefig(os.path.join(_OUTPUT_DIR.value, f"{dataset}_curves.png"), dpi=110)
+  plt.close(fig)
+
+
+def main(argv) -> None:
+  os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
+  cells = [(d, g, a, int(s)) for d in _DATASETS.value for g in _DEGREES.value
+           for a in _ALGORITHMS.value for s in _SEEDS.value]
+  results = []
+  for number, cell in enumerate(cells, 1):
+    done = os.path.exists(os.path.join(cell_dir(*cell), "summary.json"))
+    print(f"[{number}/{len(cells)}] {'/'.join(map(str, cell))}: "
+          f"{'done, skipped' if done else 'running'}", flush=True)
+    if not done:
+      run_cell(*cell)
+    results.append(cell_result(*cell))
+    write_tables(results)
+    plot(cell[0])
+  print(open(os.path.join(_OUTPUT_DIR.value, "results.md")).read())
+
+
+if __name__ == "__main__":
+  cli.run_main(main)
