@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup run test bazel-build bazel-test benchmark
+.PHONY: setup run test bazel-build bazel-test benchmark benchmark-cost reproduce
 
 setup:
 	@bash tools/setup.sh
@@ -24,3 +24,11 @@ bazel-test: setup
 
 benchmark: setup
 	$(PY) binaries/benchmark_pflego.py --output_dir=runs/benchmark
+
+## Client cost per round, PFLEGO vs FedAvg vs FedPer, the same clients (MLP and Conv4).
+benchmark-cost: setup
+	$(PY) binaries/benchmark_cost.py --output_dir=runs/benchmark_cost
+
+## The Fashion-MNIST grid of the paper's Table 1 (hours on 2 cores; resumable).
+reproduce: setup
+	$(PY) binaries/reproduce.py --datasets=fashion_mnist --output_dir=runs/reproduce

@@ -24,7 +24,8 @@ from tff_pflego.data import sources
 _DATASET = flags.DEFINE_string(
     "dataset", "fashion_mnist", f"One of {', '.join(sorted(sources.DATASETS))}.")
 _ALGORITHM = flags.DEFINE_string(
-    "algorithm", "pflego", "pflego, or a baseline: fedavg, fedprox, fedper, fedrep, fedbabu.")
+    "algorithm", "pflego",
+    "pflego, or a baseline: fedavg, fedprox, fedper, fedrep, fedbabu, ditto, fedrecon.")
 _PERSONALIZATION = flags.DEFINE_string(
     "personalization", "high", "Degree: high (K=2), medium (K=C/2) or none (K=C).")
 _NUM_CLIENTS = flags.DEFINE_integer("num_clients", None, "I (paper: 100; Omniglot 50).")
@@ -68,7 +69,9 @@ _RESUME = flags.DEFINE_bool(
 _WORKERS = flags.DEFINE_list(
     "workers", [], "host:port of TFF workers (binaries/worker.py) to run the rounds on, "
     "clients spread across them; empty: a private local worker.")
-_PROX_MU = flags.DEFINE_float("prox_mu", 0.25, "FedProx: mu of (mu/2)||w - w_t||^2.")
+_PROX_MU = flags.DEFINE_float(
+    "prox_mu", None, "mu of (mu/2)||w - w_t||^2: FedProx (0.25), Ditto (0.25 / 0.5 / 1.0 "
+    "for high / medium / none).")
 _BODY_STEPS = flags.DEFINE_integer(
     "body_steps", 5, "FedRep: body-only steps after tau - body_steps head-only steps; "
     "FedBabu: body steps per round.")

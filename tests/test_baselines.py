@@ -19,10 +19,12 @@ def _process(plan):
                                            image_shape=helpers.IMAGE_SHAPE, max_classes=K)
 
 
-def _keras_gd(weights, head, x, y, steps, lr, prox_mu=0.0):
-  """`steps` full-batch GD steps on l + (mu/2)||w - w_0||^2 of one plain Keras model."""
+def _keras_gd(weights, head, x, y, steps, lr, prox_mu=0.0, anchor=None):
+  """`steps` full-batch GD steps on l + (mu/2)||w - a||^2 of one plain Keras model
+  (a = `anchor`, by default the starting weights)."""
   model = helpers.keras_model(weights, head, K)
-  anchor = [v.numpy() for v in model.trainable_variables]
+  if anchor is None:
+    anchor = [v.numpy() for v in model.trainable_variables]
   for _ in range(steps):
     with tf.GradientTape() as tape:
       loss = helpers.loss_fn(model, x, y)
@@ -145,7 +147,8 @@ def test_fedbabu_head_is_fixed_and_fedrep_phases_touch_one_part_each():
 
 @pytest.mark.parametrize("name,passes", [("fedavg", (2, 2)), ("fedprox", (2, 2)),
                                          ("fedper", (2, 2)), ("fedrep", (2, 1)),
-                                         ("fedbabu", (5, 5))])
+                                         ("fedbabu", (5, 5)), ("fedrecon", (3, 1)),
+                                         ("ditto", (4, 4))])
 def test_every_baseline_runs_two_rounds_on_real_data(name, passes, prepared, tmp_path):
   import csv
   from tff_pflego.experiment import ExperimentConfig, run_experiment
@@ -172,3 +175,65 @@ def test_ledger_bytes_come_from_the_type_signatures():
   shared = averaging.shared_weights_type(types, shared_head=True)
   assert ledger.traffic_per_client(shared, shared.trainable) == dict(
       bytes_down=body + head, bytes_up=body + head + 4)  # FedAvg: body and head
+
+
+def test_fedrecon_body_gradient_is_taken_at_the_reconstructed_head():
+  import tensorflow_federated as tff
+  (x, y), = helpers.synthetic_clients((10,), (K,), seed=10)
+  rho = 0.3
+  process = averaging.build_averaging_process(
+      helpers.body_fn, averaging.paper_plan("fedrecon", TAU, LR),
+      image_shape=helpers.IMAGE_SHAPE, max_classes=K,
+      server_optimizer=tff.learning.optimizers.build_sgdm(learning_rate=rho))
+  state = process.initialize()
+  theta = [np.asarray(w) for w in state.model.trainable]
+  states = helpers.client_states((K,), K, seed=4)
+  new_state, (after,), metrics = process.next(state, [helpers.as_dataset(x, y)], states)
+
+  model = helpers.head_presteps(theta, states[0]["head"], K, x, y, TAU, LR)  # W*
+  np.testing.assert_allclose(after["head"]["kernel"], model.layers[-1].kernel.numpy(),
+                             rtol=1e-5, atol=1e-6)
+  with tf.GradientTape() as tape:
+    loss = helpers.loss_fn(model, x, y)
+  grads = tape.gradient(loss, model.layers[0].trainable_variables)
+  for got, w, g in zip(new_state.model.trainable, theta, grads):
+    np.testing.assert_allclose(got, w - rho * g.numpy(), rtol=1e-5, atol=1e-6)
+  # At the stored (not reconstructed) head the gradient differs: the test can fail.
+  stale = helpers.keras_model(theta, states[0]["head"], K)
+  with tf.GradientTape() as tape:
+    loss = helpers.loss_fn(stale, x, y)
+  g_stale = tape.gradient(loss, stale.layers[0].trainable_variables)[0].numpy()
+  assert not np.allclose(g_stale, grads[0].numpy(), atol=1e-5)
+  counts = metrics["clients"][0]
+  assert (counts["body_forward_passes"], counts["body_backward_passes"]) == (TAU + 1, 1)
+
+
+def test_ditto_personal_update_is_the_hand_computed_prox_steps():
+  (x, y), = helpers.synthetic_clients((8,), (K,), seed=11)
+  mu = 0.6
+  plan = averaging.paper_plan("ditto", TAU, LR, prox_mu=mu)
+  process = _process(plan)
+  state = process.initialize()
+  global_weights = [np.asarray(w) for w in state.model.trainable]  # body + shared head
+  rng = np.random.default_rng(0)
+  personal_body = [w + 0.05 * rng.standard_normal(w.shape).astype(np.float32)
+                   for w in global_weights[:-2]]
+  client = dict(helpers.client_states((K,), K, seed=5)[0], body=personal_body)
+  new_state, (after,), metrics = process.next(state, [helpers.as_dataset(x, y)], [client])
+
+  expected = _keras_gd(personal_body, client["head"], x, y, TAU, LR, prox_mu=mu,
+                       anchor=global_weights)
+  for got, want in zip(list(after["body"]) + [after["head"]["kernel"],
+                                               after["head"]["bias"]], expected):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  # ...the prox term pulls toward the global model (the test can fail):
+  free = _keras_gd(personal_body, client["head"], x, y, TAU, LR)
+  assert not np.allclose(free[0], expected[0], atol=1e-6)
+  # The global model is FedAvg's update.
+  global_head = dict(kernel=global_weights[-2], bias=global_weights[-1])
+  for got, want in zip(new_state.model.trainable,
+                       _keras_gd(global_weights[:-2], global_head, x, y, TAU, LR)):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  counts = metrics["clients"][0]
+  assert (counts["body_forward_passes"], counts["body_backward_passes"]) == (2 * TAU,
+                                                                            2 * TAU)

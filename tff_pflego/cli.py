@@ -1,8 +1,8 @@
 """What every absl entry point shares: one-line errors with exit code 2, no workers left.
 
 `run_main(main)` parses flags with a parser whose mistakes exit 2 with one line, forbids
-TFF's implicit worker, turns `UserError` into one line on stderr and exit code 2, `RuntimeFailure` (a lost
-worker...) into one line and exit code 1, and a
+TFF's implicit worker, turns `UserError` into one line on stderr and exit code 2,
+`RuntimeFailure` (a lost worker...) into one line and exit code 1, and a
 run stopped by SIGINT/SIGTERM into one line and exit code 128 + signal (130 / 143).
 """
 

@@ -20,6 +20,7 @@ class Hyperparameters:
   client_lr: float  # beta
   server_lr: float  # rho
   server_optimizer: str = "adam"
+  prox_mu: float = 0.25  # FedProx's mu; Ditto's mu (.25 / .5 / 1.0 by degree)
 
 
 # (beta, rho) for PFLEGO per dataset and degree (high, medium, none).
@@ -41,7 +42,8 @@ _BASELINE_RATE_EXCEPTIONS = {
     ("cifar10", "fedper", "none"): 0.005, ("cifar10", "fedper", "medium"): 0.005,
     ("cifar10", "fedrep", "high"): 0.005, ("fashion_mnist", "fedrep", "high"): 0.003,
 }
-BASELINES = ("fedavg", "fedprox", "fedper", "fedrep", "fedbabu")
+BASELINES = ("fedavg", "fedprox", "fedper", "fedrep", "fedbabu", "ditto", "fedrecon")
+_DITTO_MU = {"high": 0.25, "medium": 0.5, "none": 1.0}
 ALGORITHMS = ("pflego",) + BASELINES
 
 
@@ -57,14 +59,17 @@ def paper_defaults(dataset: str, algorithm: str, personalization: str) -> Hyperp
   if algorithm == "pflego":
     beta, rho = _PFLEGO_RATES[dataset][personalization]
     optimizer = "adam"
+  elif algorithm == "fedrecon":  # Table 6 gives only Omniglot: beta .009, rho .003
+    beta, rho, optimizer = 0.009, 0.003, "adam"
   else:  # the server averages the clients' models: w <- w - 1.0 * mean(w - w_i)
     beta = 0.009 if dataset == "omniglot" else _BASELINE_RATE_EXCEPTIONS.get(
         (dataset, algorithm, personalization), _BASELINE_RATE)
     rho, optimizer = 1.0, "sgd"
+  mu = _DITTO_MU[personalization] if algorithm == "ditto" else 0.25
   if dataset == "omniglot":
     return Hyperparameters(num_clients=50, clients_per_round=10, rounds=5000,
                            local_steps=50, client_lr=beta, server_lr=rho,
-                           server_optimizer=optimizer)
+                           server_optimizer=optimizer, prox_mu=mu)
   return Hyperparameters(num_clients=100, clients_per_round=20, rounds=200,
                          local_steps=50, client_lr=beta, server_lr=rho,
-                         server_optimizer=optimizer)
+                         server_optimizer=optimizer, prox_mu=mu)

@@ -63,7 +63,7 @@ class ExperimentConfig:
   resume: Optional[bool] = None  # None: resume when output_dir holds a checkpoint
   workers: tuple[str, ...] = ()  # host:port of TFF workers; () = a private local one
   export_dir: Optional[str] = None
-  prox_mu: float = 0.25  # FedProx's mu
+  prox_mu: Optional[float] = None  # FedProx's / Ditto's mu
   body_steps: int = 5  # FedRep's body-only steps; FedBabu's body steps
   momentum: float = 0.9  # FedBabu's local momentum
 
@@ -75,7 +75,7 @@ def resolve(config: ExperimentConfig) -> ExperimentConfig:
                                        config.personalization)
   c = dataclasses.replace(config)
   for field in ("num_clients", "rounds", "local_steps", "client_lr", "server_lr",
-                "server_optimizer"):
+                "server_optimizer", "prox_mu"):
     if getattr(c, field) is None:
       setattr(c, field, getattr(defaults, field))
   if c.clients_per_round is None and c.participation_prob is None:

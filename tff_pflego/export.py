@@ -37,6 +37,7 @@ import tensorflow_federated as tff
 from tff_pflego.algorithms.common import assign_weights
 from tff_pflego.algorithms.registry import PersonalizedAlgorithm
 from tff_pflego.data.federated import FederatedData
+from tff_pflego.errors import UserError
 from tff_pflego.models import heads as heads_lib
 from tff_pflego.training.checkpoints import RunState
 
@@ -92,6 +93,9 @@ class _Body(tf.Module):
 def export_run(export_dir: str, algorithm: PersonalizedAlgorithm, run: RunState,
                data: FederatedData, source: dict[str, Any]) -> dict[str, str]:
   """Writes the artifacts of the module docstring; returns {artifact: path}."""
+  if "body" in algorithm.types.client_state:
+    raise UserError(f"export of {algorithm.name}'s personal models (a body per client) "
+                    "is not supported yet")
   os.makedirs(export_dir, exist_ok=True)
   paths = {name: os.path.join(export_dir, name) for name in (
       "body_savedmodel", "body.keras", "heads.npz", "heads.json",

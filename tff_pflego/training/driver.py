@@ -190,7 +190,8 @@ def _round_row(round_num: int, round_time: float, metrics, num_selected: int,
   """rounds.csv: the round's training metrics, reports, rejections and body passes."""
   nan = float("nan")
   row = dict(round=round_num, round_time_s=round_time, client_time_s=nan,
-             client_time_max_s=nan, server_time_s=nan, num_selected=num_selected,
+             client_compute_s=nan, client_time_max_s=nan, server_time_s=nan,
+             num_selected=num_selected,
              num_reports=0, num_examples=0.0, sampled_train_loss=nan,
              rejected_updates=0, rejected_states=refused_states,
              body_forward_passes=nan, body_backward_passes=nan,
@@ -200,6 +201,7 @@ def _round_row(round_num: int, round_time: float, metrics, num_selected: int,
   train, clients = metrics["train"], metrics["clients"]
   client_times = [float(c["client_time_s"]) for c in clients]
   row.update(client_time_s=float(np.mean(client_times)),
+             client_compute_s=float(np.mean([c["client_compute_s"] for c in clients])),
              client_time_max_s=max(client_times),
              server_time_s=round_time - max(client_times))
   row.update(num_reports=int(train["num_clients"]),
@@ -242,6 +244,7 @@ def _summary(config: RunConfig, history: list[dict], rounds: list[dict],
       time_per_round_s=float(np.mean(round_times)) if round_times else float("nan"),
       clients_seen=clients_seen, num_clients=data.num_clients,
       client_time_per_round_s=mean_of("client_time_s"),
+      client_compute_per_round_s=mean_of("client_compute_s"),
       server_time_per_round_s=mean_of("server_time_s"),
       body_passes_per_client_round=dict(forward=mean_of("body_forward_passes"),
                                         backward=mean_of("body_backward_passes")),

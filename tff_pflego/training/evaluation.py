@@ -1,4 +1,5 @@
-"""Evaluation of personalized models (current body + each client's own head).
+"""Evaluation of personalized models (current body + each client's own head; Ditto:
+each client's own body and head).
 
 `build_personalized_evaluation` is a federated computation: from the body weights
 @SERVER, client ids and client states @CLIENTS, each client builds its own train and
@@ -41,6 +42,9 @@ def build_personalized_evaluation(body_fn: common.BodyFn, types: common.ModelTyp
     @tf.function
     def evaluate(weights, train_data, test_data, client_state):
       common.assign_weights(body, weights)
+      if "body" in client_state:  # Ditto: the client's own body
+        for variable, value in zip(body.trainable_variables, client_state["body"]):
+          variable.assign(value)
       mask = heads.class_mask(client_state["num_classes"], types.max_classes)
       head = client_state["head"]
       results = collections.OrderedDict(client_index=client_state["client_index"])

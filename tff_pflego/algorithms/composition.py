@@ -1,0 +1,66 @@
+"""One round of any algorithm here, composed like `tff.learning`'s processes.
+
+  next(state, client_data, client_states):
+    distributor   broadcast the server's model to the sampled clients
+    client work   each client: (model, dataset, client state) -> update, weight, new
+                  client state, metrics
+    aggregator    the clients' updates -> the server's step direction
+    finalizer     model <- optimizer(model, step direction)
+  -> (new state, new client states @CLIENTS, metrics {train @SERVER, clients @CLIENTS})
+
+The algorithms differ only in their parts (`pflego.py`, `averaging.py`).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Type
+
+import numpy as np
+import tensorflow_federated as tff
+
+
+def compose_process(state_cls: Type, initial_model: tff.Computation, distributor,
+                    client_work: tff.Computation, aggregator, finalizer,
+                    dataset_type, client_state_type) -> tff.templates.IterativeProcess:
+  """The process of the module docstring.
+
+  `state_cls` is a NamedTuple (model, distributor, aggregator, finalizer, round_num);
+  `aggregator.next` must report the `rejected_updates` measurement.
+  """
+
+  @tff.federated_computation
+  def initialize():
+    return tff.federated_zip(state_cls(
+        tff.federated_eval(initial_model, tff.SERVER), distributor.initialize(),
+        aggregator.initialize(), finalizer.initialize(),
+        tff.federated_value(np.int32(0), tff.SERVER)))
+
+  @tff.tensorflow.computation(np.int32)
+  def increment(round_num):
+    return round_num + 1
+
+  @tff.federated_computation(initialize.type_signature.result,
+                             tff.FederatedType(dataset_type, tff.CLIENTS),
+                             tff.FederatedType(client_state_type, tff.CLIENTS))
+  def next_fn(state, client_data, client_states):
+    model = state[0]
+    distributed = distributor.next(state.distributor, model)
+    outputs = tff.federated_map(client_work,
+                                (distributed.result, client_data, client_states))
+    aggregated = aggregator.next(state.aggregator, outputs.update, outputs.update_weight)
+    finalized = finalizer.next(state.finalizer, model, aggregated.result)
+    new_state = tff.federated_zip(state_cls(
+        finalized.result, distributed.state, aggregated.state, finalized.state,
+        tff.federated_map(increment, state.round_num)))
+    train_metrics = tff.federated_zip(collections.OrderedDict(
+        loss=tff.federated_mean(outputs.metrics.loss, outputs.update_weight),
+        accuracy=tff.federated_mean(outputs.metrics.accuracy, outputs.update_weight),
+        num_examples=tff.federated_sum(outputs.update_weight),
+        num_clients=tff.federated_sum(tff.federated_value(np.int32(1), tff.CLIENTS)),
+        rejected_updates=aggregated.measurements.rejected_updates,
+        update_non_finite=finalized.measurements.update_non_finite))
+    metrics = collections.OrderedDict(train=train_metrics, clients=outputs.metrics)
+    return new_state, outputs.client_state, metrics
+
+  return tff.templates.IterativeProcess(initialize, next_fn)
