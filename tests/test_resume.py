@@ -15,7 +15,8 @@ import tensorflow as tf
 from tests.test_processes import ENV, tiny_run
 
 ROUNDS = 6
-TIMING_COLUMNS = {"wall_time_s", "round_time_s"}
+TIMING_COLUMNS = {"wall_time_s", "round_time_s", "client_time_s", "client_compute_s",
+                  "client_time_max_s", "server_time_s"}
 
 
 def _run_args(data_dir, output_dir):

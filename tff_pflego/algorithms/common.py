@@ -164,7 +164,8 @@ def head_gradient_steps(features: tf.Tensor, labels: tf.Tensor, head, mask: tf.T
   monotone_gd: the same step, accepted only if l_i does not increase; otherwise W stays
                and lr is halved for the remaining steps. l_i never increases (the spec
                allows any head optimizer that does not increase l_i); with lr < 2/L it
-               takes exactly gd's steps. Costs one more head-only loss per step.
+               takes exactly gd's steps, at the same cost (one head loss and gradient
+               per step).
   """
   if optimizer not in HEAD_OPTIMIZERS:
     raise ValueError(f"head optimizer must be one of {HEAD_OPTIMIZERS}, got {optimizer!r}")
@@ -173,21 +174,32 @@ def head_gradient_steps(features: tf.Tensor, labels: tf.Tensor, head, mask: tf.T
     with tf.GradientTape() as tape:
       tape.watch([kernel, bias])
       loss, _ = heads.head_loss_and_accuracy(features, labels, kernel, bias, mask)
-    return loss, tape.gradient(loss, [kernel, bias])
+    g_kernel, g_bias = tape.gradient(loss, [kernel, bias])
+    return loss, g_kernel, g_bias
 
-  def step(i, kernel, bias, lr):
-    loss, (g_kernel, g_bias) = loss_and_grads(kernel, bias)
+  def gd_step(i, kernel, bias):
+    _, g_kernel, g_bias = loss_and_grads(kernel, bias)
+    return i + 1, kernel - learning_rate * g_kernel, bias - learning_rate * g_bias
+
+  def monotone_step(i, kernel, bias, lr, loss, g_kernel, g_bias):
+    # The candidate's loss and gradient are computed together, so an accepted step
+    # hands them to the next one: one head forward + backward per step, as for gd.
     new_kernel, new_bias = kernel - lr * g_kernel, bias - lr * g_bias
-    if optimizer == "gd":
-      return i + 1, new_kernel, new_bias, lr
-    new_loss, _ = heads.head_loss_and_accuracy(features, labels, new_kernel, new_bias, mask)
+    new_loss, new_g_kernel, new_g_bias = loss_and_grads(new_kernel, new_bias)
     accept = new_loss <= loss
-    return (i + 1, tf.where(accept, new_kernel, kernel), tf.where(accept, new_bias, bias),
-            tf.where(accept, lr, lr / 2))
+    pick = lambda new, old: tf.where(accept, new, old)
+    return (i + 1, pick(new_kernel, kernel), pick(new_bias, bias), pick(lr, lr / 2),
+            pick(new_loss, loss), pick(new_g_kernel, g_kernel), pick(new_g_bias, g_bias))
 
-  _, kernel, bias, _ = tf.while_loop(
-      lambda i, k, b, lr: i < num_steps, step,
-      (tf.constant(0), head["kernel"], head["bias"], tf.constant(learning_rate, tf.float32)))
+  kernel, bias = (tf.convert_to_tensor(head[k], tf.float32) for k in ("kernel", "bias"))
+  start = (tf.constant(0), kernel, bias)
+  if optimizer == "gd":
+    _, kernel, bias = tf.while_loop(lambda i, *_: i < num_steps, gd_step, start)
+  else:
+    first = loss_and_grads(kernel, bias)
+    _, kernel, bias, *_ = tf.while_loop(
+        lambda i, *_: i < num_steps, monotone_step,
+        start + (tf.constant(learning_rate, tf.float32),) + first)
   return collections.OrderedDict(kernel=kernel, bias=bias)
 
 
