@@ -51,7 +51,7 @@ def measure(dataset: str, rounds: int) -> dict:
                                          overwrite=True)
     if _DATA_DIR.value:
       config.data_dir = _DATA_DIR.value
-    prepared = experiment._prepare(experiment.resolve(config))  # pylint: disable=protected-access
+    prepared = experiment.prepare(experiment.resolve(config))
     data, sampler = prepared.data, sampler or prepared.sampler
     algorithm = build_algorithm(name, prepared.algorithm_config)
     process = tff.simulation.compose_dataset_computation_with_iterative_process(

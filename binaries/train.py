@@ -12,6 +12,7 @@ checkpoints/ and config.json. Run the same line again after a crash or kill to r
 from __future__ import annotations
 
 
+import dataclasses
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow loads
@@ -84,21 +85,9 @@ _EXPORT_DIR = flags.DEFINE_string(
 def main(argv: list[str]) -> None:
   from tff_pflego.experiment import ExperimentConfig, run_experiment
 
-  config = ExperimentConfig(
-      dataset=_DATASET.value, algorithm=_ALGORITHM.value,
-      personalization=_PERSONALIZATION.value, output_dir=_OUTPUT_DIR.value,
-      num_clients=_NUM_CLIENTS.value, clients_per_round=_CLIENTS_PER_ROUND.value,
-      participation_prob=_PARTICIPATION_PROB.value, rounds=_ROUNDS.value,
-      local_steps=_LOCAL_STEPS.value, client_lr=_CLIENT_LR.value,
-      server_lr=_SERVER_LR.value, server_optimizer=_SERVER_OPTIMIZER.value,
-      head_step=_HEAD_STEP.value, head_optimizer=_HEAD_OPTIMIZER.value,
-      seed=_SEED.value, eval_every=_EVAL_EVERY.value,
-      sampled_eval=_SAMPLED_EVAL.value, data_dir=_DATA_DIR.value,
-      raw_data_dir=_RAW_DATA_DIR.value, overwrite=_OVERWRITE.value,
-      progress=_PROGRESS.value, dropout_prob=_DROPOUT_PROB.value,
-      checkpoint_every=_CHECKPOINT_EVERY.value, resume=_RESUME.value,
-      workers=tuple(_WORKERS.value), export_dir=_EXPORT_DIR.value,
-      prox_mu=_PROX_MU.value, body_steps=_BODY_STEPS.value, momentum=_MOMENTUM.value)
+  # Every ExperimentConfig field has the flag of the same name.
+  values = {f.name: flags.FLAGS[f.name].value for f in dataclasses.fields(ExperimentConfig)}
+  config = ExperimentConfig(**values | dict(workers=tuple(values["workers"])))
   summary = run_experiment(config)
   print_summary(summary, config.output_dir)
 

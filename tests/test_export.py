@@ -82,7 +82,7 @@ def test_exported_artifacts_reproduce_the_run_in_a_fresh_process(data_dir, tmp_p
   config = experiment.ExperimentConfig(**{
       k: v for k, v in json.load(open(os.path.join(out, "config.json"))).items()
       if k != "workers"})
-  prepared = experiment._prepare(config)  # pylint: disable=protected-access
+  prepared = experiment.prepare(config)
   algorithm = build_algorithm(config.algorithm, prepared.algorithm_config)
   run = driver.checkpoint_manager(algorithm, prepared.data, out,
                                   prepared.fingerprint).load_latest()

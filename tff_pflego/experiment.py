@@ -160,14 +160,14 @@ def _check_writable(path: str, flag: str) -> None:
 
 
 @dataclasses.dataclass
-class _Prepared:
+class Prepared:
   data: Any
   sampler: ClientSampler
   algorithm_config: AlgorithmConfig
   fingerprint: dict
 
 
-def _prepare(c: ExperimentConfig) -> _Prepared:
+def prepare(c: ExperimentConfig) -> Prepared:
   """Data, sampler and algorithm settings of a resolved configuration."""
   data = load_federated_data(c.dataset, c.personalization, c.num_clients, c.seed,
                              c.data_dir, c.raw_data_dir)
@@ -188,7 +188,7 @@ def _prepare(c: ExperimentConfig) -> _Prepared:
                      clients_per_round=c.clients_per_round,
                      participation_prob_flag=c.participation_prob,
                      dropout_prob=c.dropout_prob) | dataclasses.asdict(algorithm_config)
-  return _Prepared(data, sampler, algorithm_config, fingerprint)
+  return Prepared(data, sampler, algorithm_config, fingerprint)
 
 
 def run_experiment(config: ExperimentConfig) -> dict:
@@ -197,7 +197,7 @@ def run_experiment(config: ExperimentConfig) -> dict:
   Computations run on a private local TFF worker, or on `config.workers`.
   """
   c = resolve(config)
-  p = _prepare(c)
+  p = prepare(c)
   metadata = dict(dataset=c.dataset, algorithm=c.algorithm,
                   personalization=c.personalization,
                   hyperparameters=dataclasses.asdict(p.algorithm_config) | dict(
@@ -235,14 +235,14 @@ def export_experiment(output_dir: str, export_dir: str) -> dict[str, str]:
   except (json.JSONDecodeError, TypeError) as e:
     raise UserError(f"{path} is not a run configuration: {e}") from None
   _check_writable(export_dir, "--export_dir")
-  p = _prepare(c)
+  p = prepare(c)
   with runtime.local_execution_context(
       log_path=os.path.join(export_dir, "tff_worker.log")):
     return _export(c, p, build_algorithm(c.algorithm, p.algorithm_config),
                    export_dir=export_dir)
 
 
-def _export(c: ExperimentConfig, p: _Prepared, algorithm,
+def _export(c: ExperimentConfig, p: Prepared, algorithm,
             export_dir: Optional[str] = None) -> dict[str, str]:
   manager = driver.checkpoint_manager(algorithm, p.data, c.output_dir, p.fingerprint)
   run = manager.load_latest()
