@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -143,6 +145,35 @@ def test_fedbabu_head_is_fixed_and_fedrep_phases_touch_one_part_each():
   s1, (after,), _ = body_only.next(body_only.initialize(), [helpers.as_dataset(x, y)],
                                    states)
   np.testing.assert_array_equal(after["head"]["kernel"], states[0]["head"]["kernel"])
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedper"])
+def test_local_evaluation_scores_the_locally_trained_model(name):
+  """The reference code's protocol: the client's test loss right after its tau steps."""
+  (x, y), (xt, yt) = helpers.synthetic_clients((9, 7), (K, K), seed=6)
+  process = averaging.build_averaging_process(
+      helpers.body_fn, averaging.paper_plan(name, TAU, LR),
+      image_shape=helpers.IMAGE_SHAPE, max_classes=K, local_evaluation=True)
+  state = process.initialize()
+  states = helpers.client_states((K,), K)
+  data = [collections.OrderedDict(train=helpers.as_dataset(x, y),
+                                  test=helpers.as_dataset(xt, yt))]
+  _, _, metrics = process.next(state, data, states)
+  weights = list(state.model.trainable)
+  if name == "fedavg":
+    body, head = weights[:-2], dict(kernel=weights[-2], bias=weights[-1])
+  else:
+    body, head = weights, states[0]["head"]
+  trained = _keras_gd(body, head, x, y, TAU, LR)
+  local = helpers.keras_model(trained[:-2], dict(kernel=trained[-2], bias=trained[-1]), K)
+  broadcast = helpers.keras_model(body, head, K)
+  got = metrics["clients"][0]
+  np.testing.assert_allclose(got["test_loss"], helpers.loss_fn(local, xt, yt), rtol=1e-5)
+  assert not np.isclose(got["test_loss"], helpers.loss_fn(broadcast, xt, yt), rtol=1e-3)
+  want_accuracy = np.mean(np.argmax(local(xt).numpy(), -1) == yt)
+  assert np.isclose(got["test_accuracy"], want_accuracy) and got["num_test"] == 7
+  # Evaluation is no training: the ledger still counts tau passes each way.
+  assert (got["body_forward_passes"], got["body_backward_passes"]) == (TAU, TAU)
 
 
 @pytest.mark.parametrize("name,passes", [("fedavg", (2, 2)), ("fedprox", (2, 2)),

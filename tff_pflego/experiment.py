@@ -182,7 +182,7 @@ def prepare(c: ExperimentConfig) -> Prepared:
       client_lr=c.client_lr, server_lr=c.server_lr,
       server_optimizer=c.server_optimizer, head_step=c.head_step,
       head_optimizer=c.head_optimizer, seed=c.seed, prox_mu=c.prox_mu,
-      body_steps=c.body_steps, momentum=c.momentum)
+      body_steps=c.body_steps, momentum=c.momentum, local_evaluation=c.sampled_eval)
   fingerprint = dict(dataset=c.dataset, algorithm=c.algorithm,
                      personalization=c.personalization, num_clients=c.num_clients,
                      clients_per_round=c.clients_per_round,

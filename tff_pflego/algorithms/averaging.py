@@ -137,31 +137,63 @@ def make_averaging_client_update(model: LocalModel, plan: AveragingPlan, max_cla
   return update
 
 
+def local_test_metrics(model: LocalModel, test_dataset: tf.data.Dataset,
+                       client_state, max_classes: int) -> collections.OrderedDict:
+  """The client's local model (its variables now) on its test data: the reference
+  code's evaluation protocol, outside the pass counter and the client's timing."""
+  batch = common.full_batch(test_dataset)
+  mask = heads.class_mask(client_state["num_classes"], max_classes)
+  loss, accuracy = heads.head_loss_and_accuracy(
+      model.body(batch["x"], training=False), batch["y"], model.kernel, model.bias, mask)
+  return collections.OrderedDict(test_loss=loss, test_accuracy=accuracy,
+                                 num_test=tf.cast(tf.shape(batch["y"])[0], tf.float32))
+
+
 def build_averaging_client_work(body_fn: common.BodyFn, plan: AveragingPlan,
-                                types: common.ModelTypes) -> tff.Computation:
-  """The client computation (shared weights, dataset, client state) -> client output."""
+                                types: common.ModelTypes, local_evaluation: bool = False
+                                ) -> tff.Computation:
+  """The client computation (shared weights, data, client state) -> client output.
+
+  With `local_evaluation` the data is OrderedDict(train=dataset, test=dataset) and the
+  metrics gain the local model's `test_loss`, `test_accuracy` and `num_test` right
+  after the update (for Ditto: the personal model; FedRecon: the reconstructed head).
+  """
   shared_type = shared_weights_type(types, plan.shared_head)
   num_body_trainable = len(types.weights.trainable)
+  data_type = common.train_and_test_type(types) if local_evaluation else types.dataset
 
-  @tff.tensorflow.computation(shared_type, types.dataset, types.client_state)
-  def client_work(shared, dataset, client_state):
+  @tff.tensorflow.computation(shared_type, data_type, types.client_state)
+  def client_work(shared, data, client_state):
     model = LocalModel(body_fn(), common.BodyPassCounter(), types.feature_dim,
                        types.max_classes)
-    update = make_averaging_client_update(model, plan, types.max_classes,
-                                          num_body_trainable)
-    return tf.function(common.timed(update))(shared, dataset, client_state)
+    update = common.timed(make_averaging_client_update(model, plan, types.max_classes,
+                                                       num_body_trainable))
+    if not local_evaluation:
+      return tf.function(update)(shared, data, client_state)
+
+    @tf.function
+    def update_and_evaluate(shared, data, client_state):
+      output = update(shared, data["train"], client_state)
+      output["metrics"].update(local_test_metrics(model, data["test"], client_state,
+                                                  types.max_classes))
+      return output
+
+    return update_and_evaluate(shared, data, client_state)
 
   return client_work
 
 
 def build_averaging_process(body_fn: common.BodyFn, plan: AveragingPlan, *,
                             image_shape: tuple, max_classes: int, seed: int = 0,
-                            server_optimizer: tff.learning.optimizers.Optimizer | None = None
+                            server_optimizer: tff.learning.optimizers.Optimizer | None = None,
+                            local_evaluation: bool = False
                             ) -> tff.templates.IterativeProcess:
   """Builds the baseline of `plan` (see the module docstring).
 
   `next(state, client_data, client_states) -> (state, client_states, metrics)` with the
   same client states and metrics as PFLEGO's process, so the same driver runs both.
+  `local_evaluation`: client_data is OrderedDict(train=..., test=...) and each client
+  reports its local model's test metrics (`build_averaging_client_work`).
   """
   types = common.model_types(body_fn, image_shape, max_classes,
                              personal_body=plan.personal_mu is not None)
@@ -177,7 +209,7 @@ def build_averaging_process(body_fn: common.BodyFn, plan: AveragingPlan, *,
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
       server_optimizer, shared_type)
 
-  client_work = build_averaging_client_work(body_fn, plan, types)
+  client_work = build_averaging_client_work(body_fn, plan, types, local_evaluation)
 
   @tff.tensorflow.computation
   def initial_model():
@@ -192,7 +224,8 @@ def build_averaging_process(body_fn: common.BodyFn, plan: AveragingPlan, *,
         non_trainable=list(body.non_trainable))
 
   return composition.compose_process(AveragingState, initial_model, distributor,
-                                    client_work, aggregator, finalizer, types.dataset,
+                                    client_work, aggregator, finalizer,
+                                    client_work.type_signature.parameter[1],
                                     types.client_state)
 
 

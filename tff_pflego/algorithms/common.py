@@ -63,6 +63,12 @@ def model_types(body_fn: BodyFn, image_shape: tuple, max_classes: int,
                     max_classes)
 
 
+def train_and_test_type(types: ModelTypes) -> tff.types.StructWithPythonType:
+  """A client's train and test datasets together: OrderedDict(train=..., test=...)."""
+  return tff.types.StructWithPythonType(
+      [("train", types.dataset), ("test", types.dataset)], collections.OrderedDict)
+
+
 def initial_client_state(client_index: int, num_classes: int, feature_dim: int,
                          max_classes: int, seed: int) -> collections.OrderedDict:
   """A client's state on its first visit: a fresh Glorot head, seeded by (seed, i)."""

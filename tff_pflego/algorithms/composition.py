@@ -64,3 +64,28 @@ def compose_process(state_cls: Type, initial_model: tff.Computation, distributor
     return new_state, outputs.client_state, metrics
 
   return tff.templates.IterativeProcess(initialize, next_fn)
+
+
+def compose_with_client_ids(dataset_computation: tff.Computation,
+                            process: tff.templates.IterativeProcess
+                            ) -> tff.templates.IterativeProcess:
+  """`next(state, client_ids, client_states)`: each client builds its data from its id.
+
+  Like `tff.simulation.compose_dataset_computation_with_iterative_process`, for any
+  client data type (that one takes a single dataset; `local_evaluation` processes take
+  OrderedDict(train=..., test=...)).
+  """
+  state_type, data_type, client_states_type = process.next.type_signature.parameter
+  id_type = dataset_computation.type_signature.parameter
+  if not data_type.member.is_equivalent_to(dataset_computation.type_signature.result):
+    raise TypeError(f"the dataset computation returns "
+                    f"{dataset_computation.type_signature.result}, the process takes "
+                    f"{data_type.member}")
+
+  @tff.federated_computation(state_type, tff.FederatedType(id_type, tff.CLIENTS),
+                             client_states_type)
+  def next_fn(state, client_ids, client_states):
+    return process.next(state, tff.federated_map(dataset_computation, client_ids),
+                        client_states)
+
+  return tff.templates.IterativeProcess(process.initialize, next_fn)

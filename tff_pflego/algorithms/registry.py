@@ -31,6 +31,10 @@ class AlgorithmConfig:
   prox_mu: float = 0.25  # FedProx
   body_steps: int = 5  # FedRep's body-only steps, FedBabu's body steps
   momentum: float = 0.9  # FedBabu
+  # Each client evaluates its local model on its test data right after its update,
+  # inside the round (the reference code's protocol). PFLEGO needs no such step: its
+  # local model is (theta_{t-1}, new head), which the driver evaluates from the states.
+  local_evaluation: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +50,9 @@ class PersonalizedAlgorithm:
   update_type: Any  # what each client sends for aggregation, besides its weight N_i
   # The client states to evaluate with (FedAvg: each client's head := the shared one).
   evaluation_states: Callable[[Any, list], list] = lambda state, states: states
+  # client_data is OrderedDict(train, test) and the clients' metrics hold the local
+  # model's test_accuracy and num_test (`averaging.build_averaging_client_work`).
+  local_evaluation: bool = False
 
 
 def _build_pflego(config: AlgorithmConfig) -> PersonalizedAlgorithm:
@@ -81,7 +88,8 @@ def _build_averaging(name: str, config: AlgorithmConfig) -> PersonalizedAlgorith
   process = averaging.build_averaging_process(
       body_fn, plan, image_shape=config.image_shape, max_classes=config.max_classes,
       seed=config.seed, server_optimizer=common.build_server_optimizer(
-          config.server_optimizer, config.server_lr) if plan.send_gradient else None)
+          config.server_optimizer, config.server_lr) if plan.send_gradient else None,
+      local_evaluation=config.local_evaluation)
   num_body = len(types.weights.trainable)
   shared = averaging.shared_weights_type(types, plan.shared_head)
   initial = functools.partial(_initial_client_state, types=types, seed=config.seed)
@@ -104,7 +112,8 @@ def _build_averaging(name: str, config: AlgorithmConfig) -> PersonalizedAlgorith
       body_weights=functools.partial(averaging.body_weights, num_body_trainable=num_body,
                                      shared_head=plan.shared_head),
       initial_client_state=initial, evaluation_states=evaluation_states,
-      broadcast_type=shared, update_type=shared.trainable)
+      broadcast_type=shared, update_type=shared.trainable,
+      local_evaluation=config.local_evaluation)
 
 
 def _with_head(initial_state_fn, head, client_index: int, num_classes: int):

@@ -12,6 +12,7 @@ Each element of a client dataset is a batch `{"x": float32 [n, H, W, C] in [0, 1
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -119,6 +120,21 @@ class FederatedData:
   def num_classes(self) -> np.ndarray:
     """K_i for every client."""
     return np.array([len(c) for c in self.partition.class_sets], np.int64)
+
+  @property
+  def train_and_test_computation(self) -> tff.Computation:
+    """A TFF computation: client id -> OrderedDict(train=dataset, test=dataset).
+
+    For processes that evaluate each client's local model on its test data right after
+    its update, inside the round (`local_evaluation`).
+    """
+    train_fn, test_fn = self.train.serializable_dataset_fn, self.test.serializable_dataset_fn
+
+    @tff.tensorflow.computation(np.str_)
+    def train_and_test(client_id):
+      return collections.OrderedDict(train=train_fn(client_id), test=test_fn(client_id))
+
+    return train_and_test
 
   def client_arrays(self, index: int, part: str = "train") -> tuple[np.ndarray, np.ndarray]:
     """One client's full batch as numpy (x, y): for tests and plain-TF baselines."""

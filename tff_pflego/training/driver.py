@@ -14,8 +14,11 @@ Two evaluation protocols are reported:
 * all clients (the paper's text): every `eval_every` rounds and each of the last 10,
   every client with the current body and its current head -> metrics.csv, clients.csv;
 * sampled clients (the reference code): every round, the round's clients right after
-  their local update (new head, the body they trained with), accuracy pooled over
-  their test examples -> rounds.csv, `test_accuracy_sampled_pooled`.
+  their local update, accuracy pooled over their test examples -> rounds.csv,
+  `test_accuracy_sampled_pooled`. The local model is PFLEGO's new head on the body it
+  trained with (evaluated here from the states), and for the averaging baselines the
+  client's locally trained model (evaluated by the client inside the round,
+  `local_evaluation`).
 `summary.json["final"]` holds each metric's mean over the last 10 evaluations (rounds,
 for the sampled protocol), as the paper's tables do.
 """
@@ -33,6 +36,7 @@ import tensorflow_federated as tff
 import tqdm
 
 from tff_pflego import runtime
+from tff_pflego.algorithms import composition
 from tff_pflego.algorithms.registry import PersonalizedAlgorithm
 from tff_pflego.data.federated import FederatedData
 from tff_pflego.errors import UserError
@@ -72,8 +76,12 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
   the last one, and when the loop is left by an exception or a stop signal, the state
   after the last completed round is checkpointed, so no finished round is lost.
   """
-  process = tff.simulation.compose_dataset_computation_with_iterative_process(
-      data.train.dataset_computation, algorithm.process)
+  if algorithm.local_evaluation:
+    process = composition.compose_with_client_ids(data.train_and_test_computation,
+                                                  algorithm.process)
+  else:
+    process = tff.simulation.compose_dataset_computation_with_iterative_process(
+        data.train.dataset_computation, algorithm.process)
   evaluate = evaluation.build_personalized_evaluation(
       algorithm.body_fn, algorithm.types, data.train.dataset_computation,
       data.test.dataset_computation)
@@ -132,7 +140,10 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
         if row["rejected_updates"] or refused:
           logging.warning("round %d: rejected %d non-finite client updates",
                           round_num, row["rejected_updates"])
-        if config.sampled_eval and len(reporting):
+        if algorithm.local_evaluation and len(reporting):
+          row["test_accuracy_sampled_pooled"] = evaluation.pooled_test_accuracy(
+              evaluation.per_client_table(metrics["clients"]))
+        elif config.sampled_eval and len(reporting):
           row["test_accuracy_sampled_pooled"] = evaluation.pooled_test_accuracy(
               evaluate_clients(trained_with, reporting))
         releaser.release_round(round_num, row)
