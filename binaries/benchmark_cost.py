@@ -34,6 +34,10 @@ _MLP_ROUNDS = flags.DEFINE_integer("mlp_rounds", 5, "Rounds timed on Fashion-MNI
 _CONV4_ROUNDS = flags.DEFINE_integer("conv4_rounds", 2, "Rounds timed on Omniglot.")
 _GOAL = flags.DEFINE_float("goal", 12.0, "Required FedAvg / PFLEGO client-time ratio.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Prepared data (default: data/).")
+_ONE_CLIENT_AT_A_TIME = flags.DEFINE_bool(
+    "one_client_at_a_time", True,
+    "Run one client's computation at a time, so that each client's time is its own "
+    "(with clients in parallel on 2 cores, every client's time includes the others').")
 
 BODIES = (("mlp", "fashion_mnist"), ("conv4", "omniglot"))
 
@@ -42,7 +46,6 @@ def measure(dataset: str, rounds: int) -> dict:
   """Times `rounds` rounds of every algorithm on the same sampled clients."""
   import tensorflow_federated as tff
   from tff_pflego import experiment
-  from tff_pflego.algorithms import build_algorithm
 
   algorithms, data, sampler = {}, None, None
   for name in _ALGORITHMS.value:
@@ -53,7 +56,7 @@ def measure(dataset: str, rounds: int) -> dict:
       config.data_dir = _DATA_DIR.value
     prepared = experiment.prepare(experiment.resolve(config))
     data, sampler = prepared.data, sampler or prepared.sampler
-    algorithm = build_algorithm(name, prepared.algorithm_config)
+    algorithm = experiment.training_algorithm(name, prepared.algorithm_config)
     process = tff.simulation.compose_dataset_computation_with_iterative_process(
         data.train.dataset_computation, algorithm.process)
     algorithms[name] = dict(algorithm=algorithm, process=process,
@@ -121,7 +124,8 @@ def main(argv) -> None:
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
   results = {}
   with runtime.local_execution_context(
-      log_path=os.path.join(_OUTPUT_DIR.value, "tff_worker.log")):
+      log_path=os.path.join(_OUTPUT_DIR.value, "tff_worker.log"),
+      max_concurrent_computation_calls=1 if _ONE_CLIENT_AT_A_TIME.value else -1):
     for (body, dataset), rounds in zip(BODIES, (_MLP_ROUNDS.value, _CONV4_ROUNDS.value)):
       if rounds > 0:
         results[body] = measure(dataset, rounds)

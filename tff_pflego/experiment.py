@@ -167,6 +167,16 @@ class Prepared:
   fingerprint: dict
 
 
+def training_settings(config: AlgorithmConfig) -> dict:
+  """The settings training depends on (local evaluation only adds metrics)."""
+  return {k: v for k, v in dataclasses.asdict(config).items() if k != "local_evaluation"}
+
+
+def training_algorithm(name: str, config: AlgorithmConfig):
+  """The algorithm without in-round evaluation: what benchmarks time and exports hold."""
+  return build_algorithm(name, dataclasses.replace(config, local_evaluation=False))
+
+
 def prepare(c: ExperimentConfig) -> Prepared:
   """Data, sampler and algorithm settings of a resolved configuration."""
   data = load_federated_data(c.dataset, c.personalization, c.num_clients, c.seed,
@@ -187,7 +197,7 @@ def prepare(c: ExperimentConfig) -> Prepared:
                      personalization=c.personalization, num_clients=c.num_clients,
                      clients_per_round=c.clients_per_round,
                      participation_prob_flag=c.participation_prob,
-                     dropout_prob=c.dropout_prob) | dataclasses.asdict(algorithm_config)
+                     dropout_prob=c.dropout_prob) | training_settings(algorithm_config)
   return Prepared(data, sampler, algorithm_config, fingerprint)
 
 
@@ -218,7 +228,7 @@ def run_experiment(config: ExperimentConfig) -> dict:
     algorithm = build_algorithm(c.algorithm, p.algorithm_config)
     summary = driver.train(algorithm, p.data, p.sampler, run_config)
     if c.export_dir is not None:
-      _export(c, p, algorithm)
+      _export(c, p)
   return summary
 
 
@@ -238,12 +248,12 @@ def export_experiment(output_dir: str, export_dir: str) -> dict[str, str]:
   p = prepare(c)
   with runtime.local_execution_context(
       log_path=os.path.join(export_dir, "tff_worker.log")):
-    return _export(c, p, build_algorithm(c.algorithm, p.algorithm_config),
-                   export_dir=export_dir)
+    return _export(c, p, export_dir=export_dir)
 
 
-def _export(c: ExperimentConfig, p: Prepared, algorithm,
+def _export(c: ExperimentConfig, p: Prepared,
             export_dir: Optional[str] = None) -> dict[str, str]:
+  algorithm = training_algorithm(c.algorithm, p.algorithm_config)
   manager = driver.checkpoint_manager(algorithm, p.data, c.output_dir, p.fingerprint)
   run = manager.load_latest()
   return export.export_run(export_dir or c.export_dir, algorithm, run, p.data,

@@ -262,13 +262,17 @@ def _stop_signals_as_exceptions() -> Iterator[None]:
 
 @contextlib.contextmanager
 def local_execution_context(default_num_clients: int = 0, ready_timeout: float = 60.0,
-                            log_path: Optional[str] = None
+                            log_path: Optional[str] = None,
+                            max_concurrent_computation_calls: int = -1
                             ) -> Iterator[WorkerProcess]:
   """Runs TFF computations on a private local worker for the duration of the block.
 
   Yields the `WorkerProcess`; the previous default context is restored on exit.
+  `max_concurrent_computation_calls=1` runs one TensorFlow computation (one client's
+  work) at a time: slower rounds, but per-client timings free of the other clients.
   """
-  worker = WorkerProcess(log_path=log_path)
+  worker = WorkerProcess(log_path=log_path,
+                         max_concurrent_computation_calls=max_concurrent_computation_calls)
   previous = tff.framework.get_context_stack().current
   channel = None
   try:
