@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup run test bazel-build bazel-test benchmark benchmark-cost reproduce
+.PHONY: setup run test bazel-build bazel-test benchmark benchmark-cost reproduce crosscheck
 
 setup:
 	@bash tools/setup.sh
@@ -32,3 +32,8 @@ benchmark-cost: setup
 ## The Fashion-MNIST grid of the paper's Table 1 (hours on 2 cores; resumable).
 reproduce: setup
 	$(PY) binaries/reproduce.py --datasets=fashion_mnist --output_dir=runs/reproduce
+
+## PFLEGO's accuracy outside TFF (plain TF, same seed) and a central upper bound.
+crosscheck: setup
+	$(PY) binaries/crosscheck_accuracy.py --tff_run=runs/fashion_mnist_high \
+	    --output_dir=runs/crosscheck
