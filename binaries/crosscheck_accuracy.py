@@ -180,9 +180,9 @@ def plot(path: str, results: dict) -> None:
   if "tff" in results:
     rounds, accs = zip(*results["tff"]["curve"])
     ax.plot(rounds, 100 * np.array(accs), lw=2.5, color="tab:blue", label="TFF process")
-  for run in results["independent"]:
+  for color, run in enumerate(results["independent"], 1):
     rounds, accs = zip(*run["curve"])
-    ax.plot(rounds, 100 * np.array(accs), lw=1.2, ls="--",
+    ax.plot(rounds, 100 * np.array(accs), lw=1.2, ls="--", color=f"C{color}",
             label=f"plain TF, seed {run['seed']} ({run['head_optimizer']})")
   for bound in results["central"]:
     ax.axhline(100 * bound["test_accuracy_mean"], color="gray", ls=":",
