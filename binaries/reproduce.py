@@ -46,6 +46,7 @@ _PROGRESS = flags.DEFINE_bool("progress", True, "A progress bar per run.")
 WINDOW = 10
 METRIC = "test_accuracy_mean"
 SAMPLED_METRIC = "test_accuracy_sampled_pooled"
+TARGET = 0.95  # for the time-to-accuracy columns
 MARGIN = 0.015  # a cell more than 1.5 points off the paper's value gets a note
 # Why a cell lies far from the paper's value, where we know.
 NOTES = {
@@ -60,7 +61,8 @@ NOTES = {
 FIELDS = ["dataset", "degree", "algorithm", "seed", "rounds", "accuracy_mean",
           "accuracy_std", "sampled_pooled_mean", "sampled_pooled_std", "train_loss_mean",
           "time_per_round_s",
-          "client_time_per_round_s", "body_forward", "body_backward", "paper_accuracy",
+          "client_time_per_round_s", "train_s_to_95_all", "train_s_to_95_sampled",
+          "body_forward", "body_backward", "paper_accuracy",
           "run_dir"]
 
 
@@ -94,8 +96,8 @@ def cell_result(dataset: str, degree: str, algorithm: str, seed: int) -> dict:
     summary = json.load(f)
   evals = [r for r in _rows(os.path.join(directory, "metrics.csv")) if r["round"] > 0]
   last = np.array([r[METRIC] for r in evals[-WINDOW:]])
-  sampled = np.array([r[SAMPLED_METRIC] for r in
-                      _rows(os.path.join(directory, "rounds.csv"))[-WINDOW:]])
+  rounds = _rows(os.path.join(directory, "rounds.csv"))
+  sampled = np.array([r[SAMPLED_METRIC] for r in rounds[-WINDOW:]])
   passes = summary.get("body_passes_per_client_round", {})
   return dict(dataset=dataset, degree=degree, algorithm=algorithm, seed=seed,
               rounds=summary["rounds"], accuracy_mean=float(last.mean()),
@@ -105,6 +107,7 @@ def cell_result(dataset: str, degree: str, algorithm: str, seed: int) -> dict:
               train_loss_mean=summary["final"]["train_loss"],
               time_per_round_s=summary["time_per_round_s"],
               client_time_per_round_s=summary.get("client_time_per_round_s"),
+              **time_to_accuracy(rounds, evals, TARGET),
               body_forward=passes.get("forward"), body_backward=passes.get("backward"),
               paper_accuracy=PAPER_ACCURACY.get((dataset, algorithm, degree)),
               run_dir=directory)
@@ -149,6 +152,22 @@ def _notes(results: list[dict]) -> list[str]:
   return lines
 
 
+def time_to_accuracy(rounds: list[dict], evals: list[dict], target: float) -> dict:
+  """Training seconds (the rounds' wall time, evaluations excluded) until accuracy
+  first reaches `target`: all clients (evaluated rounds), and sampled clients (the
+  mean of the last 10 rounds' values, which are noisy one by one); NaN if never."""
+  elapsed = dict(zip([int(r["round"]) for r in rounds],
+                     np.cumsum([r["round_time_s"] for r in rounds])))
+  first_all = next((int(r["round"]) for r in evals if r[METRIC] >= target), None)
+  sampled = np.array([r[SAMPLED_METRIC] for r in rounds])
+  trailing = [np.nanmean(sampled[max(0, k - WINDOW + 1):k + 1]) for k in range(len(rounds))]
+  first_sampled = next((int(rounds[k]["round"]) for k, v in enumerate(trailing)
+                        if k >= WINDOW - 1 and v >= target), None)
+  seconds = lambda r: float("nan") if r is None else float(elapsed[r])
+  return dict(train_s_to_95_all=seconds(first_all),
+              train_s_to_95_sampled=seconds(first_sampled))
+
+
 def write_tables(results: list[dict]) -> None:
   with open(os.path.join(_OUTPUT_DIR.value, "results.csv"), "w", newline="") as f:
     writer = csv.DictWriter(f, fieldnames=FIELDS)
@@ -167,6 +186,18 @@ def write_tables(results: list[dict]) -> None:
     lines += [f"## {dataset}: all clients", ""] + _table(results, dataset, "accuracy")
     lines += [f"## {dataset}: sampled clients", ""] + _table(results, dataset,
                                                             "sampled_pooled")
+  lines += ["## Cost per round and training time to 95% (seconds; `—`: never)", "",
+            "| cell | s/round | client s/round | body fwd+bwd per client | to 95% all "
+            "| to 95% sampled |", "|---|---|---|---|---|---|"]
+  def fmt(value, spec=".0f"):
+    return "—" if value is None or value != value else format(value, spec)
+  for r in results:
+    lines.append(f"| {r['dataset']}/{r['degree']}/{r['algorithm']} | "
+                 f"{fmt(r['time_per_round_s'], '.2f')} | "
+                 f"{fmt(r['client_time_per_round_s'], '.2f')} | "
+                 f"{fmt(r['body_forward'])}+{fmt(r['body_backward'])} | "
+                 f"{fmt(r['train_s_to_95_all'])} | {fmt(r['train_s_to_95_sampled'])} |")
+  lines.append("")
   notes = _notes(results)
   if notes:
     lines += [f"## Cells more than {100 * MARGIN:.1f} points from the paper", ""] + notes
