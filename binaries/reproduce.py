@@ -55,6 +55,11 @@ NOTES = {
                        "paper's figure matches the sampled protocol, where each client is "
                        "scored right after its tau local steps (local adaptation).",
     ("fedprox", "all"): "as FedAvg: one shared head for per-client label spaces.",
+    ("fedbabu", "all"): "as FedAvg: the fixed orthogonal head is one head for all "
+                        "clients, and per-client label indices conflict across clients.",
+    ("fedbabu", "sampled"): "each client adapts only the body, for --body_steps=5 steps "
+                            "(spec); the reference code runs all tau = 50 local steps on "
+                            "the body (--body_steps=50 would match it; not run here).",
     ("ditto", "sampled"): "Ditto's personal models are trained only on rounds that "
                           "sample the client; scored right after such a round.",
 }
