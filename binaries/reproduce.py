@@ -42,6 +42,8 @@ _NUM_CLIENTS = flags.DEFINE_integer("num_clients", None, "I (default: the paper'
 _EVAL_EVERY = flags.DEFINE_integer("eval_every", 10, "All-client evaluation period.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Prepared data (default: data/).")
 _PROGRESS = flags.DEFINE_bool("progress", True, "A progress bar per run.")
+_TABLES_ONLY = flags.DEFINE_bool("tables_only", False,
+                                 "Run nothing: tabulate the finished cells only.")
 
 WINDOW = 10
 METRIC = "test_accuracy_mean"
@@ -220,10 +222,10 @@ def plot(dataset: str) -> None:
                            constrained_layout=True, squeeze=False)
   for column, degree in enumerate(degrees):
     for algorithm in _ALGORITHMS.value:
-      path = os.path.join(cell_dir(dataset, degree, algorithm, int(_SEEDS.value[0])),
-                          "metrics.csv")
-      if not os.path.exists(path):
-        continue
+      directory = cell_dir(dataset, degree, algorithm, int(_SEEDS.value[0]))
+      path = os.path.join(directory, "metrics.csv")
+      if not os.path.exists(os.path.join(directory, "summary.json")):
+        continue  # not run, or not finished
       rows = _rows(path)
       rounds = [r["round"] for r in rows]
       style = dict(lw=2.2 if algorithm == "pflego" else 1.3, label=algorithm)
@@ -248,8 +250,11 @@ def main(argv) -> None:
   for number, cell in enumerate(cells, 1):
     done = os.path.exists(os.path.join(cell_dir(*cell), "summary.json"))
     print(f"[{number}/{len(cells)}] {'/'.join(map(str, cell))}: "
-          f"{'done, skipped' if done else 'running'}", flush=True)
+          f"{'done, skipped' if done else 'missing' if _TABLES_ONLY.value else 'running'}",
+          flush=True)
     if not done:
+      if _TABLES_ONLY.value:
+        continue
       run_cell(*cell)
     results.append(cell_result(*cell))
     write_tables(results)
