@@ -62,6 +62,9 @@ NOTES = {
     ("fedbabu", "sampled"): "each client adapts only the body, for --body_steps=5 steps "
                             "(spec); the reference code runs all tau = 50 local steps on "
                             "the body (--body_steps=50 would match it; not run here).",
+    ("fedrep", "all"): "the spec does not give FedRep's split of tau into head and body "
+                       "steps (here tau - 5 head + 5 body, --body_steps); the reference "
+                       "code takes it as a flag whose paper value is not stated.",
     ("ditto", "sampled"): "Ditto's personal models are trained only on rounds that "
                           "sample the client; scored right after such a round.",
 }
