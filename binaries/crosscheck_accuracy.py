@@ -53,20 +53,25 @@ def _client_data(data):
            for part in ("train", "test")} for i in range(data.num_clients)]
 
 
-def independent_pflego(seed: int) -> dict:
-  """Algorithm 1 in plain TF, clients one by one; all-client evaluation per round."""
-  import tensorflow as tf
+def _prepared(seed: int):
+  """The resolved settings and prepared data of `train.py` for these flags and seed."""
   from tff_pflego import experiment
-  from tff_pflego.models import build_body
-  from tff_pflego.algorithms import common
-
   config = experiment.ExperimentConfig(
       dataset=_DATASET.value, personalization=_PERSONALIZATION.value, seed=seed,
       rounds=_ROUNDS.value, output_dir=os.path.join(_OUTPUT_DIR.value, "unused"))
   if _DATA_DIR.value:
     config.data_dir = _DATA_DIR.value
   c = experiment.resolve(config)
-  p = experiment.prepare(c)
+  return c, experiment.prepare(c)
+
+
+def independent_pflego(seed: int) -> dict:
+  """Algorithm 1 in plain TF, clients one by one; all-client evaluation per round."""
+  import tensorflow as tf
+  from tff_pflego.models import build_body
+  from tff_pflego.algorithms import common
+
+  c, p = _prepared(seed)
   data, sampler, a = p.data, p.sampler, p.algorithm_config
   clients = _client_data(data)
   body = build_body(a.body, a.image_shape, a.seed)
@@ -135,15 +140,9 @@ def independent_pflego(seed: int) -> dict:
 def central_upper_bound(seed: int) -> dict:
   """The MLP trained centrally (10-way); each client scored on its own classes."""
   import tensorflow as tf
-  from tff_pflego import experiment
   from tff_pflego.models import build_body
 
-  config = experiment.ExperimentConfig(
-      dataset=_DATASET.value, personalization=_PERSONALIZATION.value, seed=seed,
-      output_dir=os.path.join(_OUTPUT_DIR.value, "unused"))
-  if _DATA_DIR.value:
-    config.data_dir = _DATA_DIR.value
-  data = experiment.prepare(experiment.resolve(config)).data
+  data = _prepared(seed)[1].data
   tf.keras.utils.set_random_seed(seed)
   classes = data.partition.class_sets
   xs, ys = zip(*[data.client_arrays(i, "train") for i in range(data.num_clients)])

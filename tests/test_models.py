@@ -40,3 +40,15 @@ def test_masked_padded_head_equals_small_head():
   g_small = tape.gradient(small, kernel).numpy()
   np.testing.assert_allclose(g_padded[:, :3], g_small[:, :3], atol=1e-6)
   assert np.all(g_padded[:, 3:] == 0)
+
+
+def test_full_batch_concatenates_batches_in_order_and_keeps_empty_shapes():
+  from tff_pflego.algorithms import common
+  x = np.arange(30, dtype=np.float32).reshape(10, 3)
+  y = np.arange(10, dtype=np.int32)
+  batched = tf.data.Dataset.from_tensor_slices({"x": x, "y": y}).batch(4)  # 4 + 4 + 2
+  whole = common.full_batch(batched)
+  np.testing.assert_array_equal(whole["x"], x)
+  np.testing.assert_array_equal(whole["y"], y)
+  empty = common.full_batch(batched.take(0))
+  assert empty["x"].shape == (0, 3) and empty["y"].shape == (0,)
