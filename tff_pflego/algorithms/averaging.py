@@ -141,12 +141,11 @@ def local_test_metrics(model: LocalModel, test_dataset: tf.data.Dataset,
                        client_state, max_classes: int) -> collections.OrderedDict:
   """The client's local model (its variables now) on its test data: the reference
   code's evaluation protocol, outside the pass counter and the client's timing."""
-  batch = common.full_batch(test_dataset)
   mask = heads.class_mask(client_state["num_classes"], max_classes)
-  loss, accuracy = heads.head_loss_and_accuracy(
-      model.body(batch["x"], training=False), batch["y"], model.kernel, model.bias, mask)
+  loss, accuracy, num_test = common.score_on_dataset(
+      model.body, test_dataset, dict(kernel=model.kernel, bias=model.bias), mask)
   return collections.OrderedDict(test_loss=loss, test_accuracy=accuracy,
-                                 num_test=tf.cast(tf.shape(batch["y"])[0], tf.float32))
+                                 num_test=tf.cast(num_test, tf.float32))
 
 
 def build_averaging_client_work(body_fn: common.BodyFn, plan: AveragingPlan,

@@ -94,6 +94,19 @@ def full_batch(dataset: tf.data.Dataset) -> collections.OrderedDict:
   return whole.concatenate(tf.data.Dataset.from_tensors(empty)).take(1).get_single_element()
 
 
+def score_on_dataset(body: tf.keras.Model, dataset: tf.data.Dataset, head,
+                     mask: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+  """(mean loss, accuracy, number of examples) of body + head on all of `dataset`.
+
+  The body runs in inference mode; `head` is {"kernel", "bias"} and `mask` marks the
+  client's own classes (`heads.class_mask`).
+  """
+  batch = full_batch(dataset)
+  loss, accuracy = heads.head_loss_and_accuracy(
+      body(batch["x"], training=False), batch["y"], head["kernel"], head["bias"], mask)
+  return loss, accuracy, tf.shape(batch["y"])[0]
+
+
 def assign_weights(body: tf.keras.Model, weights) -> None:
   for variable, value in zip(body.trainable_variables, weights.trainable):
     variable.assign(value)

@@ -46,16 +46,11 @@ def build_personalized_evaluation(body_fn: common.BodyFn, types: common.ModelTyp
         for variable, value in zip(body.trainable_variables, client_state["body"]):
           variable.assign(value)
       mask = heads.class_mask(client_state["num_classes"], types.max_classes)
-      head = client_state["head"]
       results = collections.OrderedDict(client_index=client_state["client_index"])
       for part, data in (("train", train_data), ("test", test_data)):
-        batch = common.full_batch(data)
-        loss, accuracy = heads.head_loss_and_accuracy(
-            body(batch["x"], training=False), batch["y"], head["kernel"],
-            head["bias"], mask)
-        results[f"{part}_loss"] = loss
-        results[f"{part}_accuracy"] = accuracy
-        results[f"num_{part}"] = tf.shape(batch["y"])[0]
+        (results[f"{part}_loss"], results[f"{part}_accuracy"],
+         results[f"num_{part}"]) = common.score_on_dataset(body, data, client_state["head"],
+                                                           mask)
       return results
 
     return evaluate(weights, train_data, test_data, client_state)

@@ -1,0 +1,89 @@
+"""The reported numbers: per-client evaluation and its summary, against hand computations."""
+
+import collections
+import math
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tests import helpers
+from tff_pflego.algorithms import common
+from tff_pflego.training import evaluation
+
+SIZES, NUM_CLASSES, MAX_CLASSES = (6, 6, 6), (2, 3, 2), 3
+
+
+def _dataset_computation(types, clients):
+  """client id (int32) -> that client's dataset, like `ClientData.dataset_computation`."""
+  xs, ys = np.stack([x for x, _ in clients]), np.stack([y for _, y in clients])
+
+  @tff.tensorflow.computation(np.int32)
+  def dataset_of(client_id):
+    return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+        x=tf.gather(tf.constant(xs), client_id),
+        y=tf.gather(tf.constant(ys), client_id))).batch(4)
+
+  assert dataset_of.type_signature.result.is_equivalent_to(types.dataset)
+  return dataset_of
+
+
+def _random_states(seed):
+  rng = np.random.default_rng(seed)
+  states = helpers.client_states(NUM_CLASSES, MAX_CLASSES, seed)
+  for state in states:  # non-zero heads, so that accuracies differ between clients
+    state["head"]["kernel"] = rng.normal(0, 0.3, state["head"]["kernel"].shape).astype(
+        np.float32)
+    state["head"]["bias"] = rng.normal(0, 0.3, MAX_CLASSES).astype(np.float32)
+  return states
+
+
+def test_personalized_evaluation_equals_each_clients_keras_model():
+  """Every client's loss and accuracy on train and test are its own Keras model's
+  (body + its K_i-class head, padded classes masked), whatever order TFF returns them in."""
+  types = common.model_types(helpers.body_fn, helpers.IMAGE_SHAPE, MAX_CLASSES)
+  train = helpers.synthetic_clients(SIZES, NUM_CLASSES, seed=1)
+  test = helpers.synthetic_clients(SIZES, NUM_CLASSES, seed=2)
+  evaluate = evaluation.build_personalized_evaluation(
+      helpers.body_fn, types, _dataset_computation(types, train),
+      _dataset_computation(types, test))
+  body = helpers.body_fn()
+  weights = tff.learning.models.ModelWeights.from_model(body)
+  weights = tf.nest.map_structure(lambda v: v.numpy(), weights)
+  states = _random_states(seed=3)
+  order = [2, 0, 1]  # ids in another order than the client indices
+  table = evaluation.per_client_table(
+      evaluate(weights, order, [states[i] for i in order]))
+
+  np.testing.assert_array_equal(table["client_index"], [0, 1, 2])
+  for i, k in enumerate(NUM_CLASSES):
+    model = helpers.keras_model(weights.trainable, states[i]["head"], k)
+    for part, (x, y) in (("train", train[i]), ("test", test[i])):
+      np.testing.assert_allclose(table[f"{part}_loss"][i], helpers.loss_fn(model, x, y),
+                                 rtol=1e-5)
+      want = np.mean(np.argmax(model(x).numpy(), -1) == y)
+      assert np.isclose(table[f"{part}_accuracy"][i], want), (i, part)
+      assert table[f"num_{part}"][i] == len(y)
+
+
+def test_summary_is_the_documented_formulas():
+  accuracy = np.array([0.9, 0.5, 1.0, 0.7, 0.8, 0.6, 0.95, 0.85, 0.75, 0.65, 0.55])
+  n_test = np.arange(1, 12) * 3
+  n_train = np.arange(11, 0, -1) * 10
+  train_loss = np.linspace(0.1, 1.1, 11)
+  table = dict(test_accuracy=accuracy, num_test=n_test, num_train=n_train,
+               train_loss=train_loss, train_accuracy=accuracy / 2,
+               test_loss=train_loss * 2)
+  got = evaluation.summarize(table)
+
+  alpha = n_train / n_train.sum()
+  assert np.isclose(got["train_loss"], np.sum(alpha * train_loss))  # L(psi), eq. (1)
+  assert np.isclose(got["test_accuracy_mean"], accuracy.sum() / 11)
+  assert np.isclose(got["test_accuracy_pooled"], np.dot(n_test, accuracy) / n_test.sum())
+  assert np.isclose(got["test_accuracy_std"],
+                    math.sqrt(np.mean((accuracy - accuracy.mean()) ** 2)))
+  assert math.ceil(11 / 10) == 2  # the worst 10% of 11 clients are 2 clients
+  assert np.isclose(got["test_accuracy_worst10"], (0.5 + 0.55) / 2)
+  assert np.isclose(got["train_accuracy_mean"], accuracy.mean() / 2)
+  assert np.isclose(got["test_loss_mean"], np.mean(train_loss * 2))
+  assert np.isclose(evaluation.pooled_test_accuracy(table), got["test_accuracy_pooled"])
