@@ -218,14 +218,25 @@ def write_tables(results: list[dict]) -> None:
     f.write("\n".join(lines) + "\n")
 
 
+# One look per algorithm in every panel and figure; PFLEGO drawn thickest.
+LINE_STYLES = {"pflego": ("C0", "-"), "fedavg": ("C1", "-"), "fedper": ("C2", "-"),
+               "fedprox": ("C3", "--"), "fedrep": ("C4", "-"), "fedbabu": ("C5", "--"),
+               "ditto": ("C6", "-"), "fedrecon": ("C7", "-.")}
+DEGREE_TITLES = {"high": "High-Pers (K = 2)", "medium": "Medium-Pers (K = C/2)",
+                 "none": "No-Pers (K = C)"}
+
+
 def plot(dataset: str) -> None:
+  """Train loss (top) and all-client test accuracy (bottom) per round, a column per
+  degree, a line per algorithm, one legend for the figure."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
   degrees = _DEGREES.value
-  fig, axes = plt.subplots(2, len(degrees), figsize=(5 * len(degrees), 7.5),
-                           constrained_layout=True, squeeze=False)
+  fig, axes = plt.subplots(2, len(degrees), figsize=(5 * len(degrees), 8),
+                           layout="constrained", squeeze=False)
+  handles = {}
   for column, degree in enumerate(degrees):
     for algorithm in _ALGORITHMS.value:
       directory = cell_dir(dataset, degree, algorithm, int(_SEEDS.value[0]))
@@ -234,16 +245,21 @@ def plot(dataset: str) -> None:
         continue  # not run, or not finished
       rows = _rows(path)
       rounds = [r["round"] for r in rows]
-      style = dict(lw=2.2 if algorithm == "pflego" else 1.3, label=algorithm)
+      color, dashes = LINE_STYLES.get(algorithm, ("black", ":"))
+      style = dict(lw=2.6 if algorithm == "pflego" else 1.4, color=color, ls=dashes,
+                   zorder=3 if algorithm == "pflego" else 2)
       axes[0][column].plot(rounds, [r["train_loss"] for r in rows], **style)
-      axes[1][column].plot(rounds, [100 * r[METRIC] for r in rows], **style)
-    axes[0][column].set(title=f"{degree} personalization", yscale="log",
-                        ylabel="train loss L (log)")
+      handles[algorithm], = axes[1][column].plot(
+          rounds, [100 * r[METRIC] for r in rows], **style)
+    axes[0][column].set(title=DEGREE_TITLES.get(degree, degree), yscale="log",
+                        ylabel="train loss L(ψ) (log)")
     axes[1][column].set(xlabel="round", ylabel="test accuracy, all clients (%)")
     for ax in (axes[0][column], axes[1][column]):
       ax.grid(alpha=0.3)
-    axes[1][column].legend(loc="lower right")
-  fig.suptitle(f"{dataset}: train loss and test accuracy per round")
+  fig.legend(handles.values(), handles.keys(), loc="outside lower center",
+             ncol=len(handles), frameon=False)
+  fig.suptitle(f"{dataset}: train loss and test accuracy per round (seed "
+               f"{_SEEDS.value[0]})")
   fig.savefig(os.path.join(_OUTPUT_DIR.value, f"{dataset}_curves.png"), dpi=110)
   plt.close(fig)
 
