@@ -33,7 +33,7 @@ benchmark-cost: setup
 reproduce: setup
 	$(PY) binaries/reproduce.py --datasets=fashion_mnist --output_dir=runs/reproduce
 
-## PFLEGO's accuracy outside TFF (plain TF, same seed) and a central references.
+## PFLEGO's accuracy outside TFF (plain TF, same seed) and two central references.
 crosscheck: setup
 	$(PY) binaries/crosscheck_accuracy.py --tff_run=runs/fashion_mnist_high \
 	    --output_dir=runs/crosscheck
