@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 
+from tff_pflego.data import sources
 from tff_pflego.experiment import ExperimentConfig, run_experiment
 
 
@@ -40,3 +42,14 @@ def test_pflego_on_fashion_mnist_learns_far_above_chance(data_dir, tmp_path):
   assert os.path.getsize(os.path.join(out, "curves.png")) > 10000
   assert os.listdir(os.path.join(out, "tensorboard"))
   assert json.load(open(os.path.join(out, "summary.json")))["final"] == final
+  # The summary names the data it was computed on: the raw files' sha256 (hashed
+  # here independently) and the prepared dataset's and partition's fingerprints.
+  data = summary["data_provenance"]
+  assert data["raw_files"] == {
+      name: hashlib.sha256(open(os.path.join(sources.FASHION_MNIST_DEBIAN_DIR, name),
+                                "rb").read()).hexdigest()
+      for name in sources.get_dataset_spec("fashion_mnist").required_files}
+  with open(summary["partition_manifest"]) as f:
+    manifest = json.load(f)
+  assert data["partition_fingerprint"] == manifest["partition_fingerprint"]
+  assert data["dataset_fingerprint"] == manifest["provenance"]["dataset_fingerprint"]

@@ -197,7 +197,9 @@ def prepare(c: ExperimentConfig) -> Prepared:
                      personalization=c.personalization, num_clients=c.num_clients,
                      clients_per_round=c.clients_per_round,
                      participation_prob_flag=c.participation_prob,
-                     dropout_prob=c.dropout_prob) | training_settings(algorithm_config)
+                     dropout_prob=c.dropout_prob,
+                     data_fingerprint=data.provenance["partition_fingerprint"],
+                     ) | training_settings(algorithm_config)
   return Prepared(data, sampler, algorithm_config, fingerprint)
 
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import logging
 import os
-from typing import Callable
+import shutil
+from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -24,7 +26,7 @@ import tensorflow_datasets as tfds
 import tensorflow_federated as tff
 
 from tff_pflego.data import partition as partition_lib
-from tff_pflego.data import sources
+from tff_pflego.data import provenance, sources
 from tff_pflego.errors import UserError
 
 # Records are batched as uint8 and converted per batch: converting per example before a
@@ -99,6 +101,8 @@ class FederatedData:
   train: tff.simulation.datasets.ClientData
   test: tff.simulation.datasets.ClientData
   manifest_path: str
+  # Raw files' sha256, the prepared dataset's and the partition's fingerprints.
+  provenance: dict = dataclasses.field(default_factory=dict)
 
   @property
   def client_ids(self) -> list[str]:
@@ -199,6 +203,10 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
   The first call prepares the base dataset through TFDS, partitions it
   (`tff_pflego.data.partition`), writes one TFRecord file per client and part and a
   manifest (`<data_dir>/partitions/<name>/manifest.json`); later calls read both back.
+  The manifest names the fingerprint of the prepared data it split, and the client
+  files the fingerprint of their manifest (`provenance`): a partition of other data
+  than the prepared copy of the raw files on disk now, or one without those records
+  (an earlier version's), is rebuilt.
   """
   spec = sources.get_dataset_spec(dataset)
   if num_clients < 1:
@@ -209,29 +217,36 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
   manifest_path = os.path.join(data_dir, "partitions", name, "manifest.json")
   builder_kwargs = dict(image_shape=spec.image_shape,
                         data_dir=os.path.join(data_dir, "tfds", "clients", name))
+  prepared = sources.prepare(spec, data_dir, raw_data_dir)
+  manifest = _verified_manifest(manifest_path, prepared.fingerprint,
+                                ClientSplits(**builder_kwargs).data_dir)
 
-  if os.path.exists(manifest_path):
-    with open(manifest_path) as f:
-      partition = partition_lib.ClientPartition.from_json(json.load(f))
+  if manifest is not None:
+    partition = partition_lib.ClientPartition.from_json(manifest)
     builder = ClientSplits(**builder_kwargs)
-    if not os.path.exists(os.path.join(builder.data_dir, "dataset_info.json")):
-      raise UserError(f"{manifest_path} exists but its client files are missing "
-                      f"under {builder.data_dir}; delete the manifest to rebuild")
   else:
-    arrays = sources.load_arrays(spec, data_dir, raw_data_dir)
+    prepared = sources.load(spec, data_dir, raw_data_dir)
+    arrays = prepared.arrays
     if spec.partition == "classes":
       partition = partition_lib.partition_by_classes(
           arrays["train"].labels, arrays["test"].labels, num_clients, k, seed)
     else:
       partition = partition_lib.partition_by_alphabet(
           arrays["drawings"].labels, arrays["drawings"].groups, num_clients, seed)
+    shutil.rmtree(os.path.dirname(manifest_path), ignore_errors=True)
+    shutil.rmtree(builder_kwargs["data_dir"], ignore_errors=True)
     builder = ClientSplits(partition=partition, arrays_fn=lambda: arrays, **builder_kwargs)
     tfds.disable_progress_bar()  # one bar per client split would flood the log
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
         compute_stats=tfds.download.ComputeStatsMode.SKIP))
+    content = {"dataset": dataset, "personalization": personalization,
+               "num_clients": num_clients, "seed": seed, **partition.to_json(),
+               "provenance": dict(dataset_fingerprint=prepared.fingerprint,
+                                  raw_files=prepared.record["raw_files"])}
+    manifest = dict(content, partition_fingerprint=provenance.sha256_json(content))
+    provenance.write_record(builder.data_dir, dict(
+        partition_fingerprint=manifest["partition_fingerprint"]))
     os.makedirs(os.path.dirname(manifest_path), exist_ok=True)
-    manifest = {"dataset": dataset, "personalization": personalization,
-                "num_clients": num_clients, "seed": seed, **partition.to_json()}
     tmp = manifest_path + ".tmp"
     with open(tmp, "w") as f:
       json.dump(manifest, f)
@@ -241,4 +256,40 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
   ids = [client_id(i) for i in range(partition.num_clients)]
   train, test = (tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
       ids, make_client_dataset_fn(builder, part)) for part in PARTS)
-  return FederatedData(spec, personalization, seed, partition, train, test, manifest_path)
+  data_provenance = dict(
+      raw_dir=prepared.record.get("raw_dir"), raw_files=prepared.record["raw_files"],
+      raw_files_unknown=prepared.record.get("raw_files_unknown", []),
+      dataset_fingerprint=prepared.fingerprint,
+      partition_fingerprint=manifest["partition_fingerprint"])
+  return FederatedData(spec, personalization, seed, partition, train, test, manifest_path,
+                       data_provenance)
+
+
+def _verified_manifest(manifest_path: str, dataset_fingerprint: str,
+                       client_dir: str) -> Optional[dict]:
+  """The manifest if it and its client files were built from this dataset, else None.
+
+  Says in one line why an existing partition is rebuilt.
+  """
+  if not os.path.exists(manifest_path):
+    return None
+  try:
+    with open(manifest_path) as f:
+      manifest = json.load(f)
+  except (OSError, ValueError):
+    manifest = None
+  if not isinstance(manifest, dict) or "partition_fingerprint" not in manifest:
+    reason = "records no provenance (made by an earlier version)"
+  elif manifest.get("provenance", {}).get("dataset_fingerprint") != dataset_fingerprint:
+    reason = "was built from other data than the prepared dataset"
+  elif provenance.sha256_json({k: v for k, v in manifest.items()
+                               if k != "partition_fingerprint"}) != manifest[
+                                   "partition_fingerprint"]:
+    reason = "does not match its own fingerprint (edited or damaged)"
+  elif (provenance.read_record(client_dir) or {}).get(
+      "partition_fingerprint") != manifest["partition_fingerprint"]:
+    reason = f"has client files under {client_dir} from another partition, or none"
+  else:
+    return manifest
+  logging.warning("partition %s %s: rebuilding it", manifest_path, reason)
+  return None

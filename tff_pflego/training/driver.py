@@ -269,7 +269,7 @@ def _summary(config: RunConfig, history: list[dict], rounds: list[dict],
           "test_accuracy_sampled_pooled":
               "reference code: the round's clients right after their update, pooled",
           "window": f"mean over the last {FINAL_WINDOW} evaluations"},
-      partition_manifest=data.manifest_path)
+      partition_manifest=data.manifest_path, data_provenance=data.provenance)
 
 
 def _write_clients_csv(path: str, table: dict[str, np.ndarray], data: FederatedData):
