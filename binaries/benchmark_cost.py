@@ -44,7 +44,6 @@ BODIES = (("mlp", "fashion_mnist"), ("conv4", "omniglot"))
 
 def measure(dataset: str, rounds: int) -> dict:
   """Times `rounds` rounds of every algorithm on the same sampled clients."""
-  import tensorflow_federated as tff
   from tff_pflego import experiment
 
   algorithms, data, sampler = {}, None, None
@@ -56,9 +55,9 @@ def measure(dataset: str, rounds: int) -> dict:
       config.data_dir = _DATA_DIR.value
     prepared = experiment.prepare(experiment.resolve(config))
     data, sampler = prepared.data, sampler or prepared.sampler
-    algorithm = experiment.training_algorithm(name, prepared.algorithm_config)
-    process = tff.simulation.compose_dataset_computation_with_iterative_process(
-        data.train.dataset_computation, algorithm.process)
+    algorithm = experiment.training_algorithm(name, prepared.algorithm_config,
+                                              data.client_data_computations)
+    process = algorithm.process
     algorithms[name] = dict(algorithm=algorithm, process=process,
                             state=process.initialize(), heads={})
   records = {name: dict(client_time_s=[], client_compute_s=[], round_time_s=[],

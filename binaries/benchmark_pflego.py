@@ -81,9 +81,8 @@ def overhead_part(num_rounds: int) -> dict:
                  head_optimizer=config.head_optimizer)
 
   with runtime.local_execution_context():
-    algorithm = build_algorithm("pflego", config)
-    process = tff.simulation.compose_dataset_computation_with_iterative_process(
-        data.train.dataset_computation, algorithm.process)
+    algorithm = build_algorithm("pflego", config, data.client_data_computations)
+    process = algorithm.process
     state = process.initialize()
 
     # Plain TF: the same client function, a Keras body, the same TFF optimizer, eager.

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
+import gzip
+import os
+import struct
 
 import numpy as np
 import tensorflow as tf
@@ -82,3 +86,32 @@ def central_gradients(body_weights, heads, num_classes, data, presteps=0, lr=0.0
     grad_body = [a + b.numpy() for a, b in zip(grad_body, g[:len(body_vars)])]
     grad_heads.append([t.numpy() for t in g[len(body_vars):]])
   return grad_body, grad_heads, models
+
+
+def write_idx_gz(path: str, array: np.ndarray) -> None:
+  """Writes `array` as a gzipped IDX (MNIST-format) file of unsigned bytes."""
+  header = bytes([0, 0, 8, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+  with gzip.open(path, "wb") as f:
+    f.write(header + array.astype(np.uint8).tobytes())
+
+
+def register_tiny_dataset(root: str, monkeypatch, num_train: int = 64,
+                          num_test: int = 32, num_classes: int = 4, seed: int = 0) -> dict:
+  """A small dataset of random IDX images, registered as `tiny` for this test only.
+
+  It goes through the real preparation (the EMNIST-Letters builder, TFDS, client
+  files); returns its spec, raw data dir and a fresh data dir under `root`.
+  """
+  from tff_pflego.data import builders, sources
+  raw = os.path.join(root, "raw", "tiny")
+  os.makedirs(raw)
+  rng = np.random.default_rng(seed)
+  for split, n in (("train", num_train), ("test", num_test)):
+    images, labels = builders.EmnistLetters.FILES[split]
+    write_idx_gz(os.path.join(raw, images), rng.integers(0, 256, (n, 28, 28)))
+    write_idx_gz(os.path.join(raw, labels), np.arange(n) % num_classes + 1)  # 1-based
+  spec = dataclasses.replace(sources.get_dataset_spec("emnist_letters"), name="tiny",
+                             display_name="Tiny", num_classes=num_classes,
+                             raw_subdir="tiny", releases={})
+  monkeypatch.setitem(sources.DATASETS, "tiny", spec)
+  return dict(spec=spec, raw_dir=os.path.dirname(raw), data_dir=os.path.join(root, "data"))

@@ -14,12 +14,12 @@ import itertools
 import json
 import logging
 import os
-import shutil
 import struct
 
 import numpy as np
 import pytest
 
+from tests import helpers
 from tff_pflego.data import builders, federated, load_federated_data, provenance, sources
 
 MNIST_RAW_NAMES = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
@@ -33,12 +33,6 @@ def read_idx_gz(path: str) -> np.ndarray:
   ndim = data[3]
   dims = struct.unpack(f">{ndim}I", data[4:4 + 4 * ndim])
   return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(dims)
-
-
-def write_idx_gz(path: str, array: np.ndarray) -> None:
-  header = bytes([0, 0, 8, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
-  with gzip.open(path, "wb") as f:
-    f.write(header + array.astype(np.uint8).tobytes())
 
 
 def sorted_examples(images: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -113,18 +107,7 @@ def test_a_foreign_prepared_mnist_and_its_partition_are_rebuilt(tmp_path, caplog
 @pytest.fixture
 def tiny(tmp_path, monkeypatch):
   """A 4-class dataset of synthetic IDX files, registered as `tiny`."""
-  raw = tmp_path / "raw" / "tiny"
-  raw.mkdir(parents=True)
-  rng = np.random.default_rng(0)
-  for split, n in (("train", 64), ("test", 32)):
-    images, labels = builders.EmnistLetters.FILES[split]
-    write_idx_gz(str(raw / images), rng.integers(0, 256, (n, 28, 28)))
-    write_idx_gz(str(raw / labels), np.arange(n) % 4 + 1)  # EMNIST labels are 1-based
-  spec = dataclasses.replace(sources.get_dataset_spec("emnist_letters"), name="tiny",
-                             display_name="Tiny", num_classes=4, raw_subdir="tiny",
-                             releases={})
-  monkeypatch.setitem(sources.DATASETS, "tiny", spec)
-  return dict(spec=spec, raw_dir=str(tmp_path / "raw"), data_dir=str(tmp_path / "data"))
+  return helpers.register_tiny_dataset(str(tmp_path), monkeypatch)
 
 
 def _load(tiny, **kwargs):
@@ -152,7 +135,7 @@ def test_changed_raw_files_rebuild_the_dataset_and_the_partition(tiny, caplog):
   images = builders.EmnistLetters.FILES["train"][0]
   path = os.path.join(tiny["raw_dir"], "tiny", images)
   new_images = np.full((64, 28, 28), 7)
-  write_idx_gz(path, new_images)
+  helpers.write_idx_gz(path, new_images)
   with caplog.at_level(logging.WARNING):
     second = _load(tiny)
   assert f"({images} differ from" in _warnings(caplog)

@@ -172,9 +172,13 @@ def training_settings(config: AlgorithmConfig) -> dict:
   return {k: v for k, v in dataclasses.asdict(config).items() if k != "local_evaluation"}
 
 
-def training_algorithm(name: str, config: AlgorithmConfig):
-  """The algorithm without in-round evaluation: what benchmarks time and exports hold."""
-  return build_algorithm(name, dataclasses.replace(config, local_evaluation=False))
+def training_algorithm(name: str, config: AlgorithmConfig, client_data=None):
+  """The algorithm without in-round evaluation: what benchmarks time and exports hold.
+
+  With `client_data` (`FederatedData.client_data_computations`), `next` takes ids.
+  """
+  return build_algorithm(name, dataclasses.replace(config, local_evaluation=False),
+                         client_data)
 
 
 def prepare(c: ExperimentConfig) -> Prepared:
@@ -227,7 +231,8 @@ def run_experiment(config: ExperimentConfig) -> dict:
     shutil.rmtree(os.path.join(c.output_dir, driver.CHECKPOINT_DIR), ignore_errors=True)
   with runtime.execution_context(
       c.workers, log_path=os.path.join(c.output_dir, "tff_worker.log")):
-    algorithm = build_algorithm(c.algorithm, p.algorithm_config)
+    algorithm = build_algorithm(c.algorithm, p.algorithm_config,
+                                p.data.client_data_computations)
     summary = driver.train(algorithm, p.data, p.sampler, run_config)
     if c.export_dir is not None:
       _export(c, p)

@@ -185,7 +185,8 @@ def build_averaging_client_work(body_fn: common.BodyFn, plan: AveragingPlan,
 def build_averaging_process(body_fn: common.BodyFn, plan: AveragingPlan, *,
                             image_shape: tuple, max_classes: int, seed: int = 0,
                             server_optimizer: tff.learning.optimizers.Optimizer | None = None,
-                            local_evaluation: bool = False
+                            local_evaluation: bool = False,
+                            client_data: tff.Computation | None = None
                             ) -> tff.templates.IterativeProcess:
   """Builds the baseline of `plan` (see the module docstring).
 
@@ -193,6 +194,8 @@ def build_averaging_process(body_fn: common.BodyFn, plan: AveragingPlan, *,
   same client states and metrics as PFLEGO's process, so the same driver runs both.
   `local_evaluation`: client_data is OrderedDict(train=..., test=...) and each client
   reports its local model's test metrics (`build_averaging_client_work`).
+  `client_data`: optional TFF computation client id -> client data; given, `next`
+  takes client ids (`composition.with_client_data`).
   """
   types = common.model_types(body_fn, image_shape, max_classes,
                              personal_body=plan.personal_mu is not None)
@@ -225,7 +228,7 @@ def build_averaging_process(body_fn: common.BodyFn, plan: AveragingPlan, *,
   return composition.compose_process(AveragingState, initial_model, distributor,
                                     client_work, aggregator, finalizer,
                                     client_work.type_signature.parameter[1],
-                                    types.client_state)
+                                    types.client_state, client_data)
 
 
 PLAN_NAMES = ("fedavg", "fedprox", "fedper", "fedrep", "fedbabu", "ditto", "fedrecon")

@@ -26,7 +26,7 @@ Heads are CLIENTS-placed inputs and outputs of `next`; they never reach the serv
 from __future__ import annotations
 
 import collections
-from typing import NamedTuple, Union
+from typing import NamedTuple, Optional, Union
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -110,7 +110,8 @@ def build_pflego_process(
     total_examples: int, participation_prob: float, local_steps: int,
     client_lr: float, server_lr: float,
     server_optimizer: Union[str, tff.learning.optimizers.Optimizer] = "adam",
-    head_step: str = "exact", head_optimizer: str = "gd"
+    head_step: str = "exact", head_optimizer: str = "gd",
+    client_data: Optional[tff.Computation] = None
 ) -> tff.templates.IterativeProcess:
   """Builds PFLEGO as a `tff.templates.IterativeProcess` (see the module docstring).
 
@@ -127,6 +128,9 @@ def build_pflego_process(
     head_step: "exact" (rho/q * alpha_i, eq. 5) or "paper_code" (rho/q, eq. 3).
     head_optimizer: "gd" or "monotone_gd" for the tau - 1 head-only steps
       (`common.head_gradient_steps`).
+    client_data: optional TFF computation client id -> `{x, y}` dataset; given, `next`
+      takes client ids and each client reads its data inside its own computation
+      (`composition.with_client_data`).
 
   Returns:
     A process with `initialize() -> PflegoState@SERVER` and
@@ -160,7 +164,7 @@ def build_pflego_process(
 
   return composition.compose_process(PflegoState, initial_body, distributor, client_work,
                                     aggregator, finalizer, types.dataset,
-                                    types.client_state)
+                                    types.client_state, client_data)
 
 
 def body_weights(state: PflegoState) -> tff.learning.models.ModelWeights:

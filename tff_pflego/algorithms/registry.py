@@ -5,11 +5,11 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import tensorflow_federated as tff
 
-from tff_pflego.algorithms import averaging, common, pflego
+from tff_pflego.algorithms import averaging, common, composition, pflego
 from tff_pflego.models import build_body
 
 
@@ -53,9 +53,13 @@ class PersonalizedAlgorithm:
   # client_data is OrderedDict(train, test) and the clients' metrics hold the local
   # model's test_accuracy and num_test (`averaging.build_averaging_client_work`).
   local_evaluation: bool = False
+  # `next` takes client ids: each client builds its data in its client work.
+  takes_client_ids: bool = False
 
 
-def _build_pflego(config: AlgorithmConfig) -> PersonalizedAlgorithm:
+def _build_pflego(config: AlgorithmConfig,
+                  client_data: Optional[composition.ClientDataComputations] = None
+                  ) -> PersonalizedAlgorithm:
   body_fn = functools.partial(build_body, config.body, config.image_shape, config.seed)
   types = common.model_types(body_fn, config.image_shape, config.max_classes)
   process = pflego.build_pflego_process(
@@ -64,13 +68,15 @@ def _build_pflego(config: AlgorithmConfig) -> PersonalizedAlgorithm:
       participation_prob=config.participation_prob, local_steps=config.local_steps,
       client_lr=config.client_lr, server_lr=config.server_lr,
       server_optimizer=config.server_optimizer, head_step=config.head_step,
-      head_optimizer=config.head_optimizer)
+      head_optimizer=config.head_optimizer,
+      client_data=client_data and client_data.train)
   return PersonalizedAlgorithm(
       name="pflego", process=process, body_fn=body_fn, types=types,
       body_weights=pflego.body_weights,
       initial_client_state=functools.partial(
           _initial_client_state, types=types, seed=config.seed),
-      broadcast_type=types.weights, update_type=types.weights.trainable)
+      broadcast_type=types.weights, update_type=types.weights.trainable,
+      takes_client_ids=client_data is not None)
 
 
 def _initial_client_state(client_index: int, num_classes: int, *,
@@ -79,7 +85,9 @@ def _initial_client_state(client_index: int, num_classes: int, *,
                                      types.max_classes, seed)
 
 
-def _build_averaging(name: str, config: AlgorithmConfig) -> PersonalizedAlgorithm:
+def _build_averaging(name: str, config: AlgorithmConfig,
+                     client_data: Optional[composition.ClientDataComputations] = None
+                     ) -> PersonalizedAlgorithm:
   body_fn = functools.partial(build_body, config.body, config.image_shape, config.seed)
   types = common.model_types(body_fn, config.image_shape, config.max_classes,
                              personal_body=name == "ditto")
@@ -89,7 +97,9 @@ def _build_averaging(name: str, config: AlgorithmConfig) -> PersonalizedAlgorith
       body_fn, plan, image_shape=config.image_shape, max_classes=config.max_classes,
       seed=config.seed, server_optimizer=common.build_server_optimizer(
           config.server_optimizer, config.server_lr) if plan.send_gradient else None,
-      local_evaluation=config.local_evaluation)
+      local_evaluation=config.local_evaluation,
+      client_data=client_data and (client_data.train_and_test if config.local_evaluation
+                                   else client_data.train))
   num_body = len(types.weights.trainable)
   shared = averaging.shared_weights_type(types, plan.shared_head)
   initial = functools.partial(_initial_client_state, types=types, seed=config.seed)
@@ -113,7 +123,7 @@ def _build_averaging(name: str, config: AlgorithmConfig) -> PersonalizedAlgorith
                                      shared_head=plan.shared_head),
       initial_client_state=initial, evaluation_states=evaluation_states,
       broadcast_type=shared, update_type=shared.trainable,
-      local_evaluation=config.local_evaluation)
+      local_evaluation=config.local_evaluation, takes_client_ids=client_data is not None)
 
 
 def _with_head(initial_state_fn, head, client_index: int, num_classes: int):
@@ -124,13 +134,18 @@ def _with_body(initial_state_fn, body, client_index: int, num_classes: int):
   return collections.OrderedDict(initial_state_fn(client_index, num_classes), body=body)
 
 
-ALGORITHMS: dict[str, Callable[[AlgorithmConfig], PersonalizedAlgorithm]] = {
+ALGORITHMS: dict[str, Callable[..., PersonalizedAlgorithm]] = {
     "pflego": _build_pflego,
     **{name: functools.partial(_build_averaging, name) for name in averaging.PLAN_NAMES},
 }
 
 
-def build_algorithm(name: str, config: AlgorithmConfig) -> PersonalizedAlgorithm:
+def build_algorithm(name: str, config: AlgorithmConfig,
+                    client_data: Optional[composition.ClientDataComputations] = None
+                  ) -> PersonalizedAlgorithm:
+  """The algorithm `name`; with `client_data` (a TFF computation client id -> the
+  client's data: a dataset, or OrderedDict(train, test) with `local_evaluation`), its
+  `next` takes client ids and each client reads its data in its own computation."""
   if name not in ALGORITHMS:
     raise ValueError(f"unknown algorithm {name!r}; available: {', '.join(ALGORITHMS)}")
-  return ALGORITHMS[name](config)
+  return ALGORITHMS[name](config, client_data)

@@ -25,6 +25,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 import tensorflow_federated as tff
 
+from tff_pflego.algorithms import composition
 from tff_pflego.data import partition as partition_lib
 from tff_pflego.data import provenance, sources
 from tff_pflego.errors import UserError
@@ -139,6 +140,12 @@ class FederatedData:
       return collections.OrderedDict(train=train_fn(client_id), test=test_fn(client_id))
 
     return train_and_test
+
+  @property
+  def client_data_computations(self) -> composition.ClientDataComputations:
+    """client id -> data computations, for processes whose `next` takes client ids."""
+    return composition.ClientDataComputations(self.train.dataset_computation,
+                                              self.train_and_test_computation)
 
   def client_arrays(self, index: int, part: str = "train") -> tuple[np.ndarray, np.ndarray]:
     """One client's full batch as numpy (x, y): for tests and plain-TF baselines."""

@@ -76,7 +76,9 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
   the last one, and when the loop is left by an exception or a stop signal, the state
   after the last completed round is checkpointed, so no finished round is lost.
   """
-  if algorithm.local_evaluation:
+  if algorithm.takes_client_ids:
+    process = algorithm.process
+  elif algorithm.local_evaluation:
     process = composition.compose_with_client_ids(data.train_and_test_computation,
                                                   algorithm.process)
   else:

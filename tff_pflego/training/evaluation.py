@@ -32,11 +32,17 @@ def build_personalized_evaluation(body_fn: common.BodyFn, types: common.ModelTyp
                                   train_dataset_computation: tff.Computation,
                                   test_dataset_computation: tff.Computation
                                   ) -> tff.Computation:
-  """(weights@SERVER, ids@CLIENTS, client_states@CLIENTS) -> per-client metrics@CLIENTS."""
+  """(weights@SERVER, ids@CLIENTS, client_states@CLIENTS) -> per-client metrics@CLIENTS.
 
-  @tff.tensorflow.computation(types.weights, types.dataset, types.dataset,
-                              types.client_state)
-  def evaluate_client(weights, train_data, test_data, client_state):
+  Each client reads its train and test data inside its own computation
+  (`composition.with_client_data` says why).
+  """
+  id_type = train_dataset_computation.type_signature.parameter
+
+  @tff.tensorflow.computation(types.weights, id_type, types.client_state)
+  def evaluate_client(weights, client_id, client_state):
+    train_data = train_dataset_computation(client_id)
+    test_data = test_dataset_computation(client_id)
     body = body_fn()
 
     @tf.function
@@ -55,16 +61,12 @@ def build_personalized_evaluation(body_fn: common.BodyFn, types: common.ModelTyp
 
     return evaluate(weights, train_data, test_data, client_state)
 
-  id_type = train_dataset_computation.type_signature.parameter
-
   @tff.federated_computation(tff.FederatedType(types.weights, tff.SERVER),
                              tff.FederatedType(id_type, tff.CLIENTS),
                              tff.FederatedType(types.client_state, tff.CLIENTS))
   def evaluate_clients(weights, client_ids, client_states):
-    train_data = tff.federated_map(train_dataset_computation, client_ids)
-    test_data = tff.federated_map(test_dataset_computation, client_ids)
     return tff.federated_map(evaluate_client, (tff.federated_broadcast(weights),
-                                               train_data, test_data, client_states))
+                                               client_ids, client_states))
 
   return evaluate_clients
 
