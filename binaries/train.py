@@ -49,6 +49,10 @@ _HEAD_OPTIMIZER = flags.DEFINE_string(
     "features grow).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of partition, initialization, sampling.")
 _EVAL_EVERY = flags.DEFINE_integer("eval_every", 1, "Evaluate all clients every N rounds.")
+_EVAL_CLIENTS = flags.DEFINE_integer(
+    "eval_clients", None,
+    "Evaluate a fixed seeded sample of N clients instead of all (large populations); "
+    "the summary states the sample mean's standard error. Default: all clients.")
 _SAMPLED_EVAL = flags.DEFINE_bool(
     "sampled_eval", True, "Also evaluate each round's clients (reference-code protocol).")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/train", "Where outputs go.")
@@ -101,6 +105,11 @@ def print_summary(summary: dict, output_dir: str) -> None:
   for key in ("test_accuracy_mean", "test_accuracy_pooled", "test_accuracy_worst10",
               "test_accuracy_std", "test_accuracy_sampled_pooled", "train_loss"):
     print(f"    {key:30s} {final[key]:.4f}")
+  if "test_accuracy_mean_se" in final:
+    print(f"  evaluated a seeded sample of {summary['evaluated_clients']} of "
+          f"{summary['num_clients']} clients: test_accuracy_mean is "
+          f"{final['test_accuracy_mean']:.4f} +- {final['test_accuracy_mean_se']:.4f} "
+          "(standard error)")
   print(f"  outputs: {output_dir}/ (summary.json, metrics.csv, curves.png, ...)")
 
 

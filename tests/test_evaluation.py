@@ -87,3 +87,84 @@ def test_summary_is_the_documented_formulas():
   assert np.isclose(got["train_accuracy_mean"], accuracy.mean() / 2)
   assert np.isclose(got["test_loss_mean"], np.mean(train_loss * 2))
   assert np.isclose(evaluation.pooled_test_accuracy(table), got["test_accuracy_pooled"])
+
+
+def _ragged_clients(sizes, num_classes, seed):
+  """Clients of different sizes, as (x, y) arrays and as a TF function id -> dataset."""
+  clients = helpers.synthetic_clients(sizes, num_classes, seed=seed)
+  offsets = np.cumsum([0] + list(sizes))
+  xs = np.concatenate([x for x, _ in clients])
+  ys = np.concatenate([y for _, y in clients])
+
+  def dataset_fn(client_id):  # traced inside the computation: its own constants
+    start, stop = tf.gather(offsets, client_id), tf.gather(offsets, client_id + 1)
+    return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+        x=tf.constant(xs)[start:stop], y=tf.constant(ys)[start:stop])).batch(4)
+
+  return clients, dataset_fn
+
+
+def test_cohort_evaluation_equals_each_clients_keras_model():
+  """One computation per cohort gives every client's own numbers: clients of 1 to 9
+  examples and K_i = 1..3 share cohorts, in shuffled order, one cohort of one client."""
+  sizes, num_classes = (5, 1, 9, 3, 7, 2), (2, 3, 1, 3, 2, 3)
+  types = common.model_types(helpers.body_fn, helpers.IMAGE_SHAPE, MAX_CLASSES)
+  train, train_fn = _ragged_clients(sizes, num_classes, seed=4)
+  test, test_fn = _ragged_clients(sizes[::-1], num_classes, seed=5)
+  evaluate = evaluation.build_cohort_evaluation(helpers.body_fn, types, train_fn,
+                                                test_fn, id_dtype=np.int32)
+  weights = tf.nest.map_structure(
+      lambda v: v.numpy(), tff.learning.models.ModelWeights.from_model(helpers.body_fn()))
+  rng = np.random.default_rng(6)
+  states = helpers.client_states(num_classes, MAX_CLASSES, seed=6)
+  for state in states:
+    state["head"]["kernel"] = rng.normal(0, 0.3, state["head"]["kernel"].shape).astype(
+        np.float32)
+    state["head"]["bias"] = rng.normal(0, 0.3, MAX_CLASSES).astype(np.float32)
+  cohorts = [np.array([4, 0, 2]), np.array([5]), np.array([1, 3])]
+  results = evaluate(weights, [c.astype(np.int32) for c in cohorts],
+                     [evaluation.stack_states([states[i] for i in c]) for c in cohorts])
+  table = evaluation.per_client_table(evaluation.unstack_cohort_results(results))
+
+  np.testing.assert_array_equal(table["client_index"], np.arange(len(sizes)))
+  for i, k in enumerate(num_classes):
+    model = helpers.keras_model(weights.trainable, states[i]["head"], MAX_CLASSES)
+    for part, (x, y) in (("train", train[i]), ("test", test[i])):
+      logits = model(x).numpy()
+      logits[:, k:] = -1e9  # the client's own K_i classes only
+      want_loss = np.mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+      np.testing.assert_allclose(table[f"{part}_loss"][i], want_loss, rtol=1e-5)
+      assert np.isclose(table[f"{part}_accuracy"][i], np.mean(np.argmax(logits, -1) == y))
+      assert table[f"num_{part}"][i] == len(y)
+
+
+def test_cohorts_bound_examples_and_clients_and_cover_every_client():
+  sizes = np.array([600] * 5 + [12] * 300 + [5000])
+  cohorts = evaluation.plan_cohorts(sizes)
+  np.testing.assert_array_equal(np.concatenate(cohorts), np.arange(len(sizes)))
+  for cohort in cohorts:
+    assert len(cohort) <= evaluation.MAX_COHORT_CLIENTS
+    assert len(cohort) == 1 or sizes[cohort].sum() <= evaluation.COHORT_EXAMPLES
+  assert [len(c) for c in evaluation.plan_cohorts(np.array([1, 1]))] == [1, 1]
+
+
+def test_sampled_evaluation_standard_error_is_unbiased_over_every_sample():
+  """Over all C(7, 3) samples of 3 of 7 clients, the mean of se^2 equals the exact
+  variance of the sample mean, and the sample is a fixed, seeded subset."""
+  import itertools
+  population = np.array([0.9, 0.55, 1.0, 0.7, 0.8, 0.62, 0.95])
+  samples = list(itertools.combinations(range(7), 3))
+  means, se2 = [], []
+  for sample in samples:
+    table = dict(test_accuracy=population[list(sample)], num_test=np.ones(3),
+                 num_train=np.ones(3), train_loss=np.zeros(3), train_accuracy=np.ones(3),
+                 test_loss=np.zeros(3))
+    got = evaluation.summarize(table, population=7)
+    means.append(got["test_accuracy_mean"])
+    se2.append(got["test_accuracy_mean_se"] ** 2)
+  assert np.isclose(np.mean(means), population.mean())
+  assert np.isclose(np.mean(se2), np.var(means))
+  chosen = evaluation.evaluation_sample(100, 10, seed=0)
+  assert len(set(chosen)) == 10 and np.all(np.diff(chosen) > 0)
+  np.testing.assert_array_equal(chosen, evaluation.evaluation_sample(100, 10, seed=0))
+  np.testing.assert_array_equal(evaluation.evaluation_sample(5, None, 0), np.arange(5))

@@ -53,6 +53,7 @@ class ExperimentConfig:
   head_optimizer: str = "monotone_gd"
   seed: int = 0
   eval_every: int = 1
+  eval_clients: Optional[int] = None  # None: every client; N: a fixed seeded sample
   sampled_eval: bool = True
   data_dir: str = sources.DEFAULT_DATA_DIR
   raw_data_dir: str = sources.DEFAULT_RAW_DATA_DIR
@@ -85,6 +86,9 @@ def resolve(config: ExperimentConfig) -> ExperimentConfig:
   _check(c.rounds >= 1, f"--rounds must be >= 1, got {c.rounds}")
   _check(c.local_steps >= 1, f"--local_steps must be >= 1, got {c.local_steps}")
   _check(c.eval_every >= 1, f"--eval_every must be >= 1, got {c.eval_every}")
+  _check(c.eval_clients is None or 1 <= c.eval_clients <= c.num_clients,
+         f"--eval_clients must be in 1..--num_clients={c.num_clients}, "
+         f"got {c.eval_clients}")
   _check(c.client_lr > 0, f"--client_lr must be > 0, got {c.client_lr}")
   _check(c.server_lr > 0, f"--server_lr must be > 0, got {c.server_lr}")
   _check(c.head_step in HEAD_STEPS,
@@ -223,7 +227,8 @@ def run_experiment(config: ExperimentConfig) -> dict:
                       workers=list(c.workers)))
   run_config = driver.RunConfig(
       rounds=c.rounds, output_dir=c.output_dir, eval_every=c.eval_every,
-      sampled_eval=c.sampled_eval, progress=c.progress, metadata=metadata,
+      sampled_eval=c.sampled_eval, eval_clients=c.eval_clients, seed=c.seed,
+      progress=c.progress, metadata=metadata,
       reference_accuracy=PAPER_ACCURACY.get((c.dataset, c.algorithm, c.personalization)),
       checkpoint_every=c.checkpoint_every, resume=c.resume, fingerprint=p.fingerprint,
       settings=dataclasses.asdict(c) | dict(workers=list(c.workers)))

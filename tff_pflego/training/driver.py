@@ -59,6 +59,8 @@ class RunConfig:
   output_dir: str
   eval_every: int = 1
   sampled_eval: bool = True
+  eval_clients: Optional[int] = None  # None: all clients; N: a fixed seeded sample
+  seed: int = 0  # draws the evaluation sample
   progress: bool = True
   metadata: dict = dataclasses.field(default_factory=dict)  # goes into summary.json
   reference_accuracy: Optional[float] = None  # the paper's figure, drawn on the plot
@@ -84,18 +86,15 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
   else:
     process = tff.simulation.compose_dataset_computation_with_iterative_process(
         data.train.dataset_computation, algorithm.process)
-  evaluate = evaluation.build_personalized_evaluation(
-      algorithm.body_fn, algorithm.types, data.train.dataset_computation,
-      data.test.dataset_computation)
+  evaluate = _build_evaluation(algorithm, data)
   num_classes = data.num_classes
   store = ClientStateStore(lambda i: algorithm.initial_client_state(i, num_classes[i]))
-  all_clients = np.arange(data.num_clients)
+  evaluated = evaluation.evaluation_sample(data.num_clients, config.eval_clients,
+                                           config.seed)
 
   def evaluate_clients(server_state, indices) -> dict[str, np.ndarray]:
-    ids = [data.client_ids[i] for i in indices]
     states = algorithm.evaluation_states(server_state, store.get(indices))
-    return evaluation.per_client_table(
-        evaluate(algorithm.body_weights(server_state), ids, states))
+    return evaluate(algorithm.body_weights(server_state), np.asarray(indices), states)
 
   traffic = ledger.traffic_per_client(algorithm.broadcast_type, algorithm.update_type)
   initial_state = process.initialize()
@@ -151,9 +150,9 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
         releaser.release_round(round_num, row)
       if (round_num % config.eval_every == 0
           or round_num > config.rounds - FINAL_WINDOW):  # `final` = last 10 rounds
-        table = evaluate_clients(state, all_clients)
+        table = evaluate_clients(state, evaluated)
         runtime.raise_if_stopped()
-        summary = evaluation.summarize(table)
+        summary = evaluation.summarize(table, population=data.num_clients)
         releaser.release_evaluation(round_num, dict(
             wall_time_s=time.monotonic() - start, **summary))
         bar.set_postfix(acc=f"{summary['test_accuracy_mean']:.4f}",
@@ -184,6 +183,34 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
   outputs.write_json(os.path.join(config.output_dir, "summary.json"), summary)
   _plot(config, history, rounds, data)
   return summary
+
+
+def _build_evaluation(algorithm: PersonalizedAlgorithm, data: FederatedData):
+  """(body weights, client indices, their states) -> per-client table.
+
+  Clients sharing the body are scored in cohorts, one client computation per cohort
+  (`evaluation.build_cohort_evaluation`); personal bodies one client at a time.
+  """
+  if evaluation.has_personal_body(algorithm.types):
+    per_client = evaluation.build_personalized_evaluation(
+        algorithm.body_fn, algorithm.types, data.train.dataset_computation,
+        data.test.dataset_computation)
+    return lambda weights, indices, states: evaluation.per_client_table(
+        per_client(weights, [data.client_ids[i] for i in indices], states))
+
+  cohorts = evaluation.build_cohort_evaluation(
+      algorithm.body_fn, algorithm.types, data.train.serializable_dataset_fn,
+      data.test.serializable_dataset_fn)
+  client_ids = np.array(data.client_ids, dtype=object)
+  num_examples = data.num_train_examples
+
+  def evaluate(weights, indices, states):
+    plan = evaluation.plan_cohorts(num_examples[indices])
+    results = cohorts(weights, [client_ids[indices[c]] for c in plan],
+                      [evaluation.stack_states([states[j] for j in c]) for c in plan])
+    return evaluation.per_client_table(evaluation.unstack_cohort_results(results))
+
+  return evaluate
 
 
 def checkpoint_manager(algorithm: PersonalizedAlgorithm, data: FederatedData,
@@ -247,6 +274,8 @@ def _summary(config: RunConfig, history: list[dict], rounds: list[dict],
   final = {name: _final_mean(_column(evals, name)) for name in
            ("test_accuracy_mean", "test_accuracy_pooled", "test_accuracy_std",
             "test_accuracy_worst10", "train_loss")}
+  if config.eval_clients is not None:  # the sample mean's standard error
+    final["test_accuracy_mean_se"] = _final_mean(_column(evals, "test_accuracy_mean_se"))
   final["test_accuracy_sampled_pooled"] = _final_mean(
       v for v in _column(rounds, "test_accuracy_sampled_pooled") if v == v)
   round_times = [v for v in _column(rounds, "round_time_s") if v == v]
@@ -271,6 +300,8 @@ def _summary(config: RunConfig, history: list[dict], rounds: list[dict],
           "test_accuracy_sampled_pooled":
               "reference code: the round's clients right after their update, pooled",
           "window": f"mean over the last {FINAL_WINDOW} evaluations"},
+      evaluated_clients=(data.num_clients if config.eval_clients is None
+                         else config.eval_clients),
       partition_manifest=data.manifest_path, data_provenance=data.provenance)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -26,6 +26,13 @@ import tensorflow_federated as tff
 
 from tff_pflego.algorithms import common
 from tff_pflego.models import heads
+
+DatasetFn = Callable[[tf.Tensor], tf.data.Dataset]  # client id -> its dataset, in TF
+
+
+def has_personal_body(types: common.ModelTypes) -> bool:
+  """Whether client states hold a body of their own (Ditto) besides their head."""
+  return "body" in dict(tff.structure.to_elements(types.client_state))
 
 
 def build_personalized_evaluation(body_fn: common.BodyFn, types: common.ModelTypes,
@@ -71,14 +78,144 @@ def build_personalized_evaluation(body_fn: common.BodyFn, types: common.ModelTyp
   return evaluate_clients
 
 
+# Examples of one part (train or test) a cohort reads at most: bounds the body's
+# activations (Conv4 on 28x28: ~200 MB) while clients of a few examples share a call.
+COHORT_EXAMPLES = 1024
+MAX_COHORT_CLIENTS = 128
+
+
+def _stacked_type(type_spec: tff.types.Type) -> tff.types.Type:
+  """`type_spec` with a leading [None] dimension on every tensor (a cohort's states)."""
+  if isinstance(type_spec, tff.TensorType):
+    return tff.TensorType(type_spec.dtype, (None,) + tuple(type_spec.shape))
+  return tff.types.StructWithPythonType(
+      [(name, _stacked_type(t)) for name, t in tff.structure.to_elements(type_spec)],
+      type_spec.python_container)
+
+
+def _read_cohort(client_ids: tf.Tensor, dataset_fn: DatasetFn):
+  """Every cohort client's full batch, concatenated: x, y and each example's owner."""
+  num_clients = tf.shape(client_ids)[0]
+  xs = tf.TensorArray(tf.float32, size=num_clients, infer_shape=False)
+  ys = tf.TensorArray(tf.int32, size=num_clients, infer_shape=False)
+  sizes = tf.TensorArray(tf.int32, size=num_clients)
+  for i in tf.range(num_clients):
+    batch = common.full_batch(dataset_fn(client_ids[i]))
+    xs = xs.write(i, batch["x"])
+    ys = ys.write(i, batch["y"])
+    sizes = sizes.write(i, tf.shape(batch["y"])[0])
+  sizes = sizes.stack()
+  return xs.concat(), ys.concat(), tf.repeat(tf.range(num_clients), sizes), sizes
+
+
+def build_cohort_evaluation(body_fn: common.BodyFn, types: common.ModelTypes,
+                            train_dataset_fn: DatasetFn, test_dataset_fn: DatasetFn,
+                            id_dtype=np.str_) -> tff.Computation:
+  """(weights@SERVER, cohort ids@CLIENTS, cohort states@CLIENTS) -> metrics@CLIENTS.
+
+  The same per-client numbers as `build_personalized_evaluation`, with one client
+  computation per cohort of clients instead of one per client: the cohort reads its
+  clients' data (`*_dataset_fn`: a TF function client id -> dataset), runs the body
+  once over all their examples, scores example n with the head of its owner c(n),
+  z_n = phi_n W_{c(n)} + b_{c(n)} (classes >= K_{c(n)} masked), and averages loss and
+  accuracy per client. A cohort's states are its clients' states stacked along a
+  first axis; the metrics come back the same way. For a shared body only (a client
+  state with a personal body needs `build_personalized_evaluation`).
+  """
+  ids_type = tff.TensorType(id_dtype, (None,))
+  states_type = _stacked_type(types.client_state)
+
+  @tff.tensorflow.computation(types.weights, ids_type, states_type)
+  def evaluate_cohort(weights, client_ids, states):
+    body = body_fn()
+
+    @tf.function
+    def evaluate(weights, client_ids, states):
+      common.assign_weights(body, weights)
+      num_clients = tf.shape(client_ids)[0]
+      results = collections.OrderedDict(client_index=states["client_index"])
+      for part, dataset_fn in (("train", train_dataset_fn), ("test", test_dataset_fn)):
+        x, y, owner, sizes = _read_cohort(client_ids, dataset_fn)
+        features = body(x, training=False)
+        logits = (tf.einsum("nm,nmk->nk", features, tf.gather(states["head"]["kernel"], owner))
+                  + tf.gather(states["head"]["bias"], owner))
+        mask = heads.class_mask(tf.gather(states["num_classes"], owner)[:, tf.newaxis],
+                                types.max_classes)
+        logits = tf.where(mask, logits, tf.constant(heads.MASKED_LOGIT, tf.float32))
+        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+        correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), y),
+                          tf.float32)
+        count = tf.cast(sizes, tf.float32)
+        results[f"{part}_loss"] = tf.math.unsorted_segment_sum(
+            loss, owner, num_clients) / count
+        results[f"{part}_accuracy"] = tf.math.unsorted_segment_sum(
+            correct, owner, num_clients) / count
+        results[f"num_{part}"] = sizes
+      return results
+
+    return evaluate(weights, client_ids, states)
+
+  @tff.federated_computation(tff.FederatedType(types.weights, tff.SERVER),
+                             tff.FederatedType(ids_type, tff.CLIENTS),
+                             tff.FederatedType(states_type, tff.CLIENTS))
+  def evaluate_cohorts(weights, cohort_ids, cohort_states):
+    return tff.federated_map(evaluate_cohort, (tff.federated_broadcast(weights),
+                                               cohort_ids, cohort_states))
+
+  return evaluate_cohorts
+
+
+def plan_cohorts(num_examples: np.ndarray) -> list[np.ndarray]:
+  """Positions 0..len-1 cut into consecutive cohorts of at most COHORT_EXAMPLES
+  examples (a larger client alone) and MAX_COHORT_CLIENTS clients, and at least two
+  cohorts when there are two clients, so both cores have work."""
+  limit = max(1, min(MAX_COHORT_CLIENTS, -(-len(num_examples) // 2)))
+  cohorts, current, examples = [], [], 0
+  for position, n in enumerate(num_examples):
+    if current and (examples + n > COHORT_EXAMPLES or len(current) == limit):
+      cohorts.append(np.array(current))
+      current, examples = [], 0
+    current.append(position)
+    examples += int(n)
+  if current:
+    cohorts.append(np.array(current))
+  return cohorts
+
+
+def stack_states(states: Sequence[dict]) -> dict:
+  """Client states stacked along a first axis (a cohort's states)."""
+  return tf.nest.map_structure(lambda *leaves: np.stack(leaves), *states)
+
+
+def unstack_cohort_results(results: Sequence[dict]) -> list[dict]:
+  """Per-cohort metrics (stacked) back to one dict per client."""
+  return [{k: v[j] for k, v in cohort.items()}
+          for cohort in results for j in range(len(cohort["client_index"]))]
+
+
 def per_client_table(results: Sequence[dict]) -> dict[str, np.ndarray]:
   """Per-client results as arrays, sorted by client index."""
   results = sorted(results, key=lambda r: int(r["client_index"]))
   return {key: np.array([r[key] for r in results]) for key in results[0]}
 
 
-def summarize(table: dict[str, np.ndarray]) -> collections.OrderedDict:
-  """The aggregate numbers of the module docstring, accuracies as fractions."""
+def evaluation_sample(population: int, size: int | None, seed: int) -> np.ndarray:
+  """The clients evaluated: all, or `size` drawn once without replacement (seeded)."""
+  if size is None or size >= population:
+    return np.arange(population)
+  return np.sort(np.random.default_rng([seed, population, size]).choice(
+      population, size, replace=False))
+
+
+def summarize(table: dict[str, np.ndarray],
+              population: int | None = None) -> collections.OrderedDict:
+  """The aggregate numbers of the module docstring, accuracies as fractions.
+
+  When the table holds a sample of n of `population` clients, `test_accuracy_mean_se`
+  is the standard error of its mean as an estimate of the population's mean:
+  s / sqrt(n) * sqrt(1 - n / I), s the sample std (ddof 1); its square is unbiased for
+  the variance of the mean of n clients drawn without replacement.
+  """
   accuracy = table["test_accuracy"].astype(np.float64)
   num_train = table["num_train"].astype(np.float64)
   num_test = table["num_test"].astype(np.float64)
@@ -91,7 +228,17 @@ def summarize(table: dict[str, np.ndarray]) -> collections.OrderedDict:
       test_accuracy_pooled=float(np.sum(num_test * accuracy) / num_test.sum()),
       test_accuracy_std=float(accuracy.std()),
       test_accuracy_worst10=float(worst.mean()),
-  )
+  ) | _standard_error(accuracy, population)
+
+
+def _standard_error(accuracy: np.ndarray, population: int | None) -> dict:
+  n = len(accuracy)
+  if population is None or n >= population:
+    return {}
+  if n < 2:
+    return dict(test_accuracy_mean_se=float("nan"))
+  return dict(test_accuracy_mean_se=float(
+      accuracy.std(ddof=1) / np.sqrt(n) * np.sqrt(1 - n / population)))
 
 
 def pooled_test_accuracy(table: dict[str, np.ndarray]) -> float:
