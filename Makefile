@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup run test bazel-build bazel-test benchmark benchmark-cost reproduce crosscheck
+.PHONY: setup run test bazel-build bazel-test benchmark benchmark-cost benchmark-memory reproduce crosscheck
 
 setup:
 	@bash tools/setup.sh
@@ -28,6 +28,10 @@ benchmark: setup
 ## Client cost per round, PFLEGO vs FedAvg vs FedPer, the same clients (MLP and Conv4).
 benchmark-cost: setup
 	$(PY) binaries/benchmark_cost.py --output_dir=runs/benchmark_cost
+
+## Memory over 1000 rounds (PFLEGO, FedAvg) and all-client evaluation at I = 5000.
+benchmark-memory: setup
+	$(PY) binaries/benchmark_memory.py --output_dir=runs/benchmark_memory
 
 ## The Fashion-MNIST grid of the paper's Table 1 (hours on 2 cores; resumable).
 reproduce: setup

@@ -14,7 +14,9 @@ r"""Memory over long runs and all-client evaluation at a large population.
    worker's peak memory. Goals: <= 10 s per evaluation at I = 10,000 (~1 ms per
    client), no growth from one evaluation to the next, peak <= 2 GB.
 
-Writes benchmark_memory.json and benchmark_memory.png to --output_dir.
+Writes benchmark_memory.json and benchmark_memory.png to --output_dir; parts run
+earlier into the same directory are kept (e.g. --algorithms=fedavg --eval_num_clients=0
+adds FedAvg's long run to an earlier PFLEGO one).
 """
 
 from __future__ import annotations
@@ -203,7 +205,11 @@ def plot(path: str, results: dict) -> None:
 
 def main(argv) -> None:
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
+  path = os.path.join(_OUTPUT_DIR.value, "benchmark_memory.json")
   results: dict = {"rounds": {}}
+  if os.path.exists(path):  # parts run earlier into this directory are kept
+    with open(path) as f:
+      results = json.load(f)
   for name in _ALGORITHMS.value:
     results["rounds"][name] = rounds_part(name, _ROUNDS.value)
     r = results["rounds"][name]
@@ -216,7 +222,7 @@ def main(argv) -> None:
           + ", ".join(f"{s:.1f} s" for s in e["seconds"])
           + f" ({np.mean(e['ms_per_client']):.1f} ms per client); worker peak "
           + ", ".join(f"{m:.0f}" for m in e["worker_peak_mb_per_evaluation"]) + " MB")
-  with open(os.path.join(_OUTPUT_DIR.value, "benchmark_memory.json"), "w") as f:
+  with open(path, "w") as f:
     json.dump(results, f, indent=1)
   plot(os.path.join(_OUTPUT_DIR.value, "benchmark_memory.png"), results)
   print(f"wrote {_OUTPUT_DIR.value}/benchmark_memory.json, benchmark_memory.png")
