@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup run test bazel-build bazel-test benchmark benchmark-cost benchmark-memory reproduce crosscheck
+.PHONY: setup setup-bazel run test bazel-build bazel-test benchmark benchmark-cost benchmark-memory reproduce crosscheck
 
 setup:
 	@bash tools/setup.sh
@@ -16,10 +16,13 @@ run: setup
 test: setup
 	$(PY) -m pytest tests -q --durations=10
 
-bazel-build: setup
+setup-bazel:
+	@bash tools/setup.sh --bazel
+
+bazel-build: setup-bazel
 	bazel build //...
 
-bazel-test: setup
+bazel-test: setup-bazel
 	bazel test //...
 
 benchmark: setup

@@ -15,17 +15,16 @@ the goal is >= 12. Writes benchmark_cost.json and benchmark_cost.png.
 
 from __future__ import annotations
 
+# First: sets the logging defaults and a one-line Ctrl-C before TensorFlow loads.
+from tff_pflego import cli  # pylint: disable=g-bad-import-order
+
 import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow loads
-
 import json
 import time
 
 from absl import flags
 import numpy as np
 
-from tff_pflego import cli
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/benchmark_cost", "Where results go.")
 _ALGORITHMS = flags.DEFINE_list("algorithms", ["pflego", "fedavg", "fedper"],

@@ -21,10 +21,10 @@ adds FedAvg's long run to an earlier PFLEGO one).
 
 from __future__ import annotations
 
+# First: sets the logging defaults and a one-line Ctrl-C before TensorFlow loads.
+from tff_pflego import cli  # pylint: disable=g-bad-import-order
+
 import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow loads
-
 import json
 import threading
 import time
@@ -34,7 +34,6 @@ from absl import flags
 import numpy as np
 import psutil
 
-from tff_pflego import cli
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/benchmark_memory", "Where results go.")
 _ALGORITHMS = flags.DEFINE_list("algorithms", ["pflego", "fedavg"], "Algorithms run.")

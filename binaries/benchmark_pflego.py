@@ -17,10 +17,10 @@ Writes benchmark.json and benchmark.png to --output_dir and prints a table.
 
 from __future__ import annotations
 
+# First: sets the logging defaults and a one-line Ctrl-C before TensorFlow loads.
+from tff_pflego import cli  # pylint: disable=g-bad-import-order
+
 import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow loads
-
 import collections
 import json
 import time
@@ -28,7 +28,6 @@ import time
 from absl import flags
 import numpy as np
 
-from tff_pflego import cli
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/benchmark", "Where results go.")
 _ACCURACY_RUN = flags.DEFINE_string(

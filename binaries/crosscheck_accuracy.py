@@ -24,10 +24,10 @@ Writes crosscheck.json and crosscheck.png (all-client mean test accuracy per rou
 
 from __future__ import annotations
 
+# First: sets the logging defaults and a one-line Ctrl-C before TensorFlow loads.
+from tff_pflego import cli  # pylint: disable=g-bad-import-order
+
 import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow loads
-
 import csv
 import json
 
@@ -35,7 +35,6 @@ from absl import flags
 import numpy as np
 import tqdm
 
-from tff_pflego import cli
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/crosscheck", "Where results go.")
 _TFF_RUN = flags.DEFINE_string("tff_run", None, "A train.py run to compare with.")
@@ -94,7 +93,7 @@ def independent_pflego(seed: int, c, p) -> dict:
   @tf.function(reduce_retracing=True)
   def client(x, y, k, w, b, alpha_i):
     phi = body(x)  # features once
-    lr, value = tf.constant(c.client_lr), loss(phi @ w + b, y, k)
+    lr = tf.constant(c.client_lr)
     for _ in tf.range(c.local_steps - 1):  # head-only steps, no body pass
       with tf.GradientTape() as tape:
         tape.watch([w, b])
@@ -103,7 +102,7 @@ def independent_pflego(seed: int, c, p) -> dict:
       new_w, new_b = w - lr * gw, b - lr * gb
       new_value = loss(phi @ new_w + new_b, y, k)
       if _HEAD_OPTIMIZER.value == "gd" or new_value <= current:
-        w, b, value = new_w, new_b, new_value
+        w, b = new_w, new_b
       else:
         lr = lr / 2
     with tf.GradientTape() as tape:  # the joint gradient at (W_i, theta_{t-1})

@@ -9,13 +9,11 @@ and the TFF initialize/next computations serialized (see tff_pflego/export.py).
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# First: sets the logging defaults and a one-line Ctrl-C before TensorFlow loads.
+from tff_pflego import cli  # pylint: disable=g-bad-import-order
 
 from absl import flags
 
-from tff_pflego import cli
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "The run to export.")
 _EXPORT_DIR = flags.DEFINE_string("export_dir", None, "Where the artifacts go.")

@@ -18,17 +18,16 @@ Writes, after every cell:
 
 from __future__ import annotations
 
+# First: sets the logging defaults and a one-line Ctrl-C before TensorFlow loads.
+from tff_pflego import cli  # pylint: disable=g-bad-import-order
+
 import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow loads
-
 import csv
 import json
 
 from absl import flags
 import numpy as np
 
-from tff_pflego import cli
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/reproduce", "Where the grid goes.")
 _DATASETS = flags.DEFINE_list("datasets", ["fashion_mnist"], "Datasets.")

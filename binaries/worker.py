@@ -12,16 +12,15 @@ kills the worker too). Its log goes to --log_path.
 
 from __future__ import annotations
 
-import os
+# First: sets the logging defaults and a one-line Ctrl-C before TensorFlow loads.
+from tff_pflego import cli  # pylint: disable=g-bad-import-order
+
 import signal
 import socket
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
 from absl import flags
 
-from tff_pflego import cli
 from tff_pflego.errors import UserError
 
 _PORT = flags.DEFINE_integer("port", 8000, "TCP port the worker listens on.")

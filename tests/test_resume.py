@@ -1,15 +1,19 @@
-"""Checkpoints: a run killed with SIGKILL and resumed ends exactly as an uninterrupted one."""
+"""Checkpoints: a run killed with SIGKILL and resumed ends exactly as an uninterrupted one,
+whether it was killed after its first checkpoint or before; the same command on a
+finished run says so and changes nothing."""
 
 from __future__ import annotations
 
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import time
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tests.test_processes import ENV, tiny_run
@@ -39,35 +43,82 @@ def _checkpoint_values(output_dir, round_num):
           for v in tf.nest.flatten(state)]
 
 
-def test_sigkilled_run_resumes_to_the_uninterrupted_result(prepared, tmp_path):
-  straight, killed = tmp_path / "straight", tmp_path / "killed"
-  done = subprocess.run(_run_args(prepared, straight), env=ENV, capture_output=True,
+@pytest.fixture(scope="module")
+def straight(prepared, tmp_path_factory):
+  """An uninterrupted run and what it printed."""
+  out = tmp_path_factory.mktemp("straight") / "run"
+  done = subprocess.run(_run_args(prepared, out), env=ENV, capture_output=True,
                         text=True, timeout=600)
   assert done.returncode == 0, done.stderr[-3000:]
+  return out, done
 
-  proc = subprocess.Popen(_run_args(prepared, killed), env=ENV,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  deadline = time.monotonic() + 300
-  while not os.path.exists(killed / "checkpoints" / "round_3"):
+
+def _kill_when(args, ready, timeout=300):
+  """Starts the run and SIGKILLs it as soon as `ready()` holds."""
+  proc = subprocess.Popen(args, env=ENV, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+  deadline = time.monotonic() + timeout
+  while not ready():
     assert proc.poll() is None and time.monotonic() < deadline
     time.sleep(0.05)
   proc.send_signal(signal.SIGKILL)
   proc.wait(60)
-  summary_before = json.loads((killed / "summary.json").read_text()) if (
-      killed / "summary.json").exists() else None
-  assert summary_before is None  # it really was cut short
+
+
+def _assert_same_results(straight_dir, other_dir):
+  a = json.loads((straight_dir / "summary.json").read_text())
+  b = json.loads((other_dir / "summary.json").read_text())
+  assert a["final"] == b["final"]
+  for name in ("metrics.csv", "rounds.csv", "clients.csv"):
+    assert _rows(straight_dir / name) == _rows(other_dir / name), name
+  assert [int(r["round"]) for r in _rows(other_dir / "rounds.csv")] == list(
+      range(1, ROUNDS + 1))
+  values_a, values_b = (_checkpoint_values(d, ROUNDS) for d in (straight_dir, other_dir))
+  assert len(values_a) == len(values_b) > 10
+  for x, y in zip(values_a, values_b):
+    np.testing.assert_array_equal(x, y)
+
+
+def test_sigkilled_run_resumes_to_the_uninterrupted_result(prepared, tmp_path, straight):
+  killed = tmp_path / "killed"
+  _kill_when(_run_args(prepared, killed),
+             lambda: os.path.exists(killed / "checkpoints" / "round_3"))
+  assert not (killed / "summary.json").exists()  # it really was cut short
 
   resumed = subprocess.run(_run_args(prepared, killed), env=ENV, capture_output=True,
                            text=True, timeout=600)  # same command: resumes by default
   assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert re.search(rf"^resuming from round [3-{ROUNDS - 1}] of {ROUNDS}$", resumed.stdout,
+                   re.MULTILINE), resumed.stdout
+  _assert_same_results(straight[0], killed)
 
-  a = json.loads((straight / "summary.json").read_text())
-  b = json.loads((killed / "summary.json").read_text())
-  assert a["final"] == b["final"]
-  for name in ("metrics.csv", "rounds.csv", "clients.csv"):
-    assert _rows(straight / name) == _rows(killed / name), name
-  assert [int(r["round"]) for r in _rows(killed / "rounds.csv")] == list(range(1, ROUNDS + 1))
-  values_a, values_b = (_checkpoint_values(d, ROUNDS) for d in (straight, killed))
-  assert len(values_a) == len(values_b) > 10
-  for x, y in zip(values_a, values_b):
-    np.testing.assert_array_equal(x, y)
+
+def test_run_killed_before_its_first_checkpoint_restarts_by_itself(prepared, tmp_path,
+                                                                   straight):
+  killed = tmp_path / "killed"  # only the last round would be checkpointed
+  args = tiny_run(prepared, killed, rounds=ROUNDS) + ["--checkpoint_every=0"]
+  _kill_when(args, lambda: len(_rows(killed / "rounds.csv")
+                               if (killed / "rounds.csv").exists() else []) >= 2)
+  assert not os.path.exists(killed / "checkpoints") or not os.listdir(
+      killed / "checkpoints")
+  assert _rows(killed / "metrics.csv")  # rows were written, no checkpoint
+
+  again = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=600)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert "stopped before its first checkpoint: starting it again from round 0" in (
+      again.stdout)
+  _assert_same_results(straight[0], killed)
+
+
+def test_same_command_on_a_finished_run_says_it_is_complete(prepared, straight):
+  out, first = straight
+  assert "final (mean of the last 6 evaluations; sampled clients: the last 6 rounds)" in (
+      first.stdout)
+  before = {name: (out / name).read_bytes() for name in ("metrics.csv", "rounds.csv")}
+  again = subprocess.run(_run_args(prepared, out), env=ENV, capture_output=True,
+                         text=True, timeout=600)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert again.stdout.splitlines()[0] == (
+      f"run already complete ({ROUNDS} rounds) in {out}: nothing to do; --overwrite to "
+      "start again")
+  assert {name: (out / name).read_bytes() for name in before} == before

@@ -1,13 +1,20 @@
-"""What every absl entry point shares: one-line errors with exit code 2, no workers left.
+"""What every absl entry point shares: a quiet start, one-line errors with exit code 2,
+one line for a stop, no workers left.
+
+Importing this module first (before anything that loads TensorFlow) sets the binary's
+logging defaults (TensorFlow's C++ INFO and WARNING lines off unless the user set
+`TF_CPP_MIN_LOG_LEVEL`) and makes Ctrl-C or SIGTERM during start-up print the same one
+line as later, with no traceback.
 
 `run_main(main)` parses flags with a parser whose mistakes exit 2 with one line, forbids
 TFF's implicit worker, turns `UserError` into one line on stderr and exit code 2,
-`RuntimeFailure` (a lost worker...) into one line and exit code 1, and a
-run stopped by SIGINT/SIGTERM into one line and exit code 128 + signal (130 / 143).
+`RuntimeFailure` (a lost worker...) into one line and exit code 1, and a run stopped by
+SIGINT/SIGTERM into one line and exit code 128 + signal (130 / 143).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from typing import Callable
@@ -16,6 +23,31 @@ from absl import app, flags, logging
 
 from tff_pflego.errors import RuntimeFailure, UserError
 
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def stopped_message(signum: int) -> str:
+  return f"stopped by {signal.Signals(signum).name}; the outputs written so far are kept"
+
+
+def _exit_at_once(signum: int, frame) -> None:
+  """Start-up (imports, flag parsing): nothing is written or running yet, so exit."""
+  del frame
+  sys.stderr.write(stopped_message(signum) + "\n")
+  sys.stderr.flush()
+  os._exit(128 + signum)
+
+
+def _exit_at_once_on_stop_signals() -> None:
+  for s in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(s, _exit_at_once)
+
+
+_exit_at_once_on_stop_signals()
+
+
+_HELP_FLAGS = ("--help", "-help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml")
+
 
 def _parse_flags(argv: list[str]) -> list[str]:
   try:
@@ -23,6 +55,10 @@ def _parse_flags(argv: list[str]) -> list[str]:
   except flags.Error as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
+  except SystemExit:
+    if any(a in _HELP_FLAGS for a in argv[1:]):
+      sys.exit(0)  # absl exits 1 after printing the help a user asked for
+    raise
 
 
 def run_main(main: Callable[[list[str]], None]) -> None:
@@ -37,7 +73,8 @@ def run_main(main: Callable[[list[str]], None]) -> None:
             file=sys.stderr)
       sys.exit(2)
     try:
-      main(argv)
+      with runtime.stop_signals_as_exceptions():
+        main(argv)
     except UserError as e:
       print(f"error: {e}", file=sys.stderr)
       sys.exit(2)
@@ -49,8 +86,7 @@ def run_main(main: Callable[[list[str]], None]) -> None:
       if stopped_by is None:
         raise
       # Whatever the signal's exception turned into on its way up, the run was stopped.
-      name = signal.Signals(stopped_by).name
-      print(f"stopped by {name}; the outputs written so far are kept", file=sys.stderr)
+      print(stopped_message(stopped_by), file=sys.stderr)
       sys.exit(128 + stopped_by)
 
   app.run(guarded, flags_parser=_parse_flags)

@@ -17,7 +17,7 @@ from tff_pflego import export, runtime
 from tff_pflego.algorithms import AlgorithmConfig, build_algorithm
 from tff_pflego.algorithms.common import HEAD_OPTIMIZERS
 from tff_pflego.algorithms.pflego import HEAD_STEPS
-from tff_pflego.data import load_federated_data, sources
+from tff_pflego.data import federated, load_federated_data, sources
 from tff_pflego.errors import UserError
 from tff_pflego.training import checkpoints, driver
 from tff_pflego.training.sampling import ClientSampler
@@ -71,7 +71,7 @@ class ExperimentConfig:
 
 def resolve(config: ExperimentConfig) -> ExperimentConfig:
   """Fills unset values with the paper's and checks every value; raises UserError."""
-  sources.get_dataset_spec(config.dataset)
+  spec = sources.get_dataset_spec(config.dataset)
   defaults = config_lib.paper_defaults(config.dataset, config.algorithm,
                                        config.personalization)
   c = dataclasses.replace(config)
@@ -121,12 +121,17 @@ def resolve(config: ExperimentConfig) -> ExperimentConfig:
       raise UserError(f"--workers: {e}") from None
   _check(len(set(c.workers)) == len(c.workers), "--workers lists a worker twice")
   _check(not (c.resume and c.overwrite), "give --resume or --overwrite, not both")
+  try:
+    federated.check_partition(spec, c.personalization, c.num_clients)
+  except UserError as e:
+    raise UserError(f"--num_clients={c.num_clients} on {c.dataset}, {c.personalization} "
+                    f"personalization: {e}") from None
   checkpointed = has_checkpoint(c.output_dir)
   if c.resume is None:
     c.resume = checkpointed and not c.overwrite
-  _check_output_dir(c.output_dir, c.overwrite or c.resume)
+  _check_output_dir(c, checkpointed)
   if c.export_dir is not None:
-    _check_writable(c.export_dir, "--export_dir")
+    _check_creatable(c.export_dir, "--export_dir")
   return c
 
 
@@ -141,24 +146,70 @@ def _check(condition: bool, message: str) -> None:
     raise UserError(message)
 
 
-def _check_output_dir(path: str, reuse: bool) -> None:
-  if os.path.exists(path) and not os.path.isdir(path):
-    raise UserError(f"--output_dir {path} is a file, not a directory")
-  existing = [f for f in RUN_FILES + (driver.CHECKPOINT_DIR,)
-              if os.path.exists(os.path.join(path, f))]
-  if existing and not reuse:
-    raise UserError(f"--output_dir {path} already holds a run ({existing[0]}); "
-                    "choose another directory, --resume it, or pass --overwrite")
-  _check_writable(path, "--output_dir")
+# Settings that do not change what a run computes: a run stopped before its first
+# checkpoint restarts by itself when only these differ.
+_RUN_INDEPENDENT = ("output_dir", "overwrite", "resume", "progress", "workers",
+                    "export_dir", "data_dir", "raw_data_dir", "checkpoint_every")
 
 
-def _check_writable(path: str, flag: str) -> None:
+def _existing_run_files(path: str) -> list[str]:
+  return [f for f in RUN_FILES + (driver.CHECKPOINT_DIR,)
+          if os.path.exists(os.path.join(path, f))]
+
+
+def _check_output_dir(c: ExperimentConfig, checkpointed: bool) -> None:
+  """The output directory can take this run: new, --overwrite, a checkpoint to resume,
+  or the same run stopped before its first checkpoint (it restarts from round 0)."""
+  if os.path.exists(c.output_dir) and not os.path.isdir(c.output_dir):
+    raise UserError(f"--output_dir {c.output_dir} is a file, not a directory")
+  existing = _existing_run_files(c.output_dir)
+  if existing and not c.overwrite and not (checkpointed and c.resume):
+    if checkpointed or not _same_run(c):
+      raise UserError(f"--output_dir {c.output_dir} already holds a run ({existing[0]}); "
+                      "choose another directory, --resume it, or pass --overwrite")
+  _check_creatable(c.output_dir, "--output_dir")
+
+
+def _same_run(c: ExperimentConfig) -> bool:
+  """Whether output_dir's config.json is this run's (run-independent settings aside)."""
   try:
-    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(c.output_dir, driver.CONFIG_FILE)) as f:
+      saved = json.load(f)
+  except (OSError, ValueError):
+    return False
+  mine = json.loads(json.dumps(dataclasses.asdict(c)))
+  return isinstance(saved, dict) and all(
+      saved.get(k) == v for k, v in mine.items() if k not in _RUN_INDEPENDENT)
+
+
+def _check_creatable(path: str, flag: str) -> None:
+  """`path` is a writable directory or can be made one; tried, then undone."""
+  path = os.path.abspath(path)
+  missing = []  # the directories to create, deepest first
+  existing = path
+  while not os.path.exists(existing):
+    missing.append(existing)
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise UserError(f"{flag} {path}: {existing} is a file, not a directory")
+  try:
+    for directory in reversed(missing):
+      os.mkdir(directory)
     probe = os.path.join(path, ".write_probe")
     with open(probe, "w"):
       pass
     os.remove(probe)
+  except OSError as e:
+    raise UserError(f"{flag} {path} is not writable: {e.strerror}") from e
+  finally:
+    for directory in missing:
+      if os.path.isdir(directory):
+        os.rmdir(directory)
+
+
+def _make_dir(path: str, flag: str) -> None:
+  try:
+    os.makedirs(path, exist_ok=True)
   except OSError as e:
     raise UserError(f"{flag} {path} is not writable: {e.strerror}") from e
 
@@ -232,7 +283,11 @@ def run_experiment(config: ExperimentConfig) -> dict:
       reference_accuracy=PAPER_ACCURACY.get((c.dataset, c.algorithm, c.personalization)),
       checkpoint_every=c.checkpoint_every, resume=c.resume, fingerprint=p.fingerprint,
       settings=dataclasses.asdict(c) | dict(workers=list(c.workers)))
+  _make_dir(c.output_dir, "--output_dir")  # only now: the run can start
   if not c.resume:  # a fresh run replaces the old one's checkpoints (--overwrite)
+    if not c.overwrite and _existing_run_files(c.output_dir):
+      print(f"{c.output_dir} holds this run, stopped before its first checkpoint: "
+            "starting it again from round 0", flush=True)
     shutil.rmtree(os.path.join(c.output_dir, driver.CHECKPOINT_DIR), ignore_errors=True)
   with runtime.execution_context(
       c.workers, log_path=os.path.join(c.output_dir, "tff_worker.log")):
@@ -256,8 +311,9 @@ def export_experiment(output_dir: str, export_dir: str) -> dict[str, str]:
                     "missing)") from None
   except (json.JSONDecodeError, TypeError) as e:
     raise UserError(f"{path} is not a run configuration: {e}") from None
-  _check_writable(export_dir, "--export_dir")
+  _check_creatable(export_dir, "--export_dir")
   p = prepare(c)
+  _make_dir(export_dir, "--export_dir")
   with runtime.local_execution_context(
       log_path=os.path.join(export_dir, "tff_worker.log")):
     return _export(c, p, export_dir=export_dir)

@@ -237,7 +237,7 @@ def _raise_for(signum: int) -> None:
 
 
 @contextlib.contextmanager
-def _stop_signals_as_exceptions() -> Iterator[None]:
+def stop_signals_as_exceptions() -> Iterator[None]:
   """While active (main thread only): SIGTERM raises SystemExit(143), SIGINT
   KeyboardInterrupt, and the signal is recorded for `stop_signal`/`raise_if_stopped`."""
   if threading.current_thread() is not threading.main_thread():
@@ -276,7 +276,7 @@ def local_execution_context(default_num_clients: int = 0, ready_timeout: float =
   previous = tff.framework.get_context_stack().current
   channel = None
   try:
-    with _stop_signals_as_exceptions():
+    with stop_signals_as_exceptions():
       channel, factory = _connect(worker.address, worker.process, default_num_clients,
                                   ready_timeout)
       context = _WatchedContext(
@@ -311,7 +311,7 @@ def remote_execution_context(addresses: Sequence[str], ready_timeout: float = 30
   previous = tff.framework.get_context_stack().current
   channels = []
   try:
-    with _stop_signals_as_exceptions():
+    with stop_signals_as_exceptions():
       async_contexts = []
       for address in addresses:
         try:

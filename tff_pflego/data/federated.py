@@ -202,6 +202,21 @@ def _check_client_files(builder: tfds.core.DatasetBuilder, manifest_path: str) -
                         f"{manifest_path} to rebuild the clients")
 
 
+def check_partition(spec: sources.DatasetSpec, personalization: str,
+                    num_clients: int) -> None:
+  """Raises UserError if `spec`'s partition cannot give `num_clients` clients at this
+  degree; needs no data (whether each client gets test examples is checked once the
+  data is read)."""
+  if num_clients < 1:
+    raise UserError(f"num_clients must be >= 1, got {num_clients}")
+  if spec.partition == "classes":
+    partition_lib.check_class_cover(
+        num_clients, partition_lib.classes_per_client(personalization, spec.num_classes),
+        spec.num_classes)
+  else:
+    partition_lib.check_alphabet_count(num_clients, spec.num_alphabets)
+
+
 def load_federated_data(dataset: str, personalization: str, num_clients: int,
                         seed: int = 0, data_dir: str = sources.DEFAULT_DATA_DIR,
                         raw_data_dir: str = sources.DEFAULT_RAW_DATA_DIR) -> FederatedData:
@@ -216,10 +231,7 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
   (an earlier version's), is rebuilt.
   """
   spec = sources.get_dataset_spec(dataset)
-  if num_clients < 1:
-    raise UserError(f"num_clients must be >= 1, got {num_clients}")
-  if spec.partition == "classes":
-    k = partition_lib.classes_per_client(personalization, spec.num_classes)
+  check_partition(spec, personalization, num_clients)
   name = partition_name(dataset, personalization, num_clients, seed)
   manifest_path = os.path.join(data_dir, "partitions", name, "manifest.json")
   builder_kwargs = dict(image_shape=spec.image_shape,
@@ -236,7 +248,8 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
     arrays = prepared.arrays
     if spec.partition == "classes":
       partition = partition_lib.partition_by_classes(
-          arrays["train"].labels, arrays["test"].labels, num_clients, k, seed)
+          arrays["train"].labels, arrays["test"].labels, num_clients,
+          partition_lib.classes_per_client(personalization, spec.num_classes), seed)
     else:
       partition = partition_lib.partition_by_alphabet(
           arrays["drawings"].labels, arrays["drawings"].groups, num_clients, seed)

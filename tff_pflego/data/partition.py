@@ -126,15 +126,27 @@ def deal_round_robin(labels: np.ndarray, class_sets: Sequence[np.ndarray],
   return [np.sort(np.concatenate(d)) if d else np.zeros(0, np.int64) for d in dealt]
 
 
-def partition_by_classes(train_labels: np.ndarray, test_labels: np.ndarray,
-                         num_clients: int, k: int, seed: int) -> ClientPartition:
-  """The paper's class-based partition of a train and a test split (module doc)."""
-  num_classes = int(max(train_labels.max(), test_labels.max())) + 1
+def check_class_cover(num_clients: int, k: int, num_classes: int) -> None:
+  """The class partition needs 1 <= K <= C and I * K >= C (every class held)."""
   if not 1 <= k <= num_classes:
     raise UserError(f"classes per client must be in 1..{num_classes}, got {k}")
   if num_clients * k < num_classes:
     raise UserError(f"{num_clients} clients x {k} classes cannot cover "
-                    f"{num_classes} classes; use more clients")
+                    f"{num_classes} classes; use at least {-(-num_classes // k)} clients")
+
+
+def check_alphabet_count(num_clients: int, num_alphabets: int) -> None:
+  """Omniglot's partition gives each client one alphabet."""
+  if not 1 <= num_clients <= num_alphabets:
+    raise UserError(f"Omniglot has {num_alphabets} alphabets, one per client; "
+                    f"num_clients must be in 1..{num_alphabets}, got {num_clients}")
+
+
+def partition_by_classes(train_labels: np.ndarray, test_labels: np.ndarray,
+                         num_clients: int, k: int, seed: int) -> ClientPartition:
+  """The paper's class-based partition of a train and a test split (module doc)."""
+  num_classes = int(max(train_labels.max(), test_labels.max())) + 1
+  check_class_cover(num_clients, k, num_classes)
   rng = np.random.default_rng(seed)
   class_sets = assign_class_sets(num_classes, num_clients, k, rng)
   train = deal_round_robin(train_labels, class_sets, rng)
@@ -148,10 +160,7 @@ def partition_by_alphabet(labels: np.ndarray, alphabets: np.ndarray, num_clients
                           seed: int, train_fraction: float = 0.75,
                           source: str = "drawings") -> ClientPartition:
   """Omniglot: client i holds alphabet i, each character split 75/25 train/test."""
-  num_alphabets = int(alphabets.max()) + 1
-  if not 1 <= num_clients <= num_alphabets:
-    raise UserError(f"Omniglot has {num_alphabets} alphabets, one per client; "
-                    f"num_clients must be in 1..{num_alphabets}, got {num_clients}")
+  check_alphabet_count(num_clients, int(alphabets.max()) + 1)
   rng = np.random.default_rng(seed)
   class_sets, train, test = [], [], []
   for alphabet in range(num_clients):

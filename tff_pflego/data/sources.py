@@ -125,6 +125,7 @@ class DatasetSpec:
   preparation: Preparation
   splits: tuple[str, ...] = ("train", "test")
   partition: str = "classes"  # "classes" (App. A.2) or "alphabets" (Omniglot)
+  num_alphabets: Optional[int] = None  # "alphabets": how many (one client each)
   # sha256 of the public releases of each raw file (besides any TFDS registers).
   releases: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
 
@@ -204,7 +205,7 @@ DATASETS: dict[str, DatasetSpec] = {
                     ("images_background.npz", "images_evaluation.npz",
                      "alphabet_id_ranges.txt"),
                     _project(builders.OmniglotArrays), splits=("drawings",),
-                    partition="alphabets", releases={
+                    partition="alphabets", num_alphabets=50, releases={
                         "images_background.npz": frozenset(
                             ["8bf84167413cd00beacdce3fe582f780ab538d8dbef043a6d688f2527bbce199"]),
                         "images_evaluation.npz": frozenset(

@@ -40,7 +40,7 @@ from tff_pflego.algorithms import composition
 from tff_pflego.algorithms.registry import PersonalizedAlgorithm
 from tff_pflego.data.federated import FederatedData
 from tff_pflego.errors import UserError
-from tff_pflego.training import evaluation, ledger, outputs
+from tff_pflego.training import curves, evaluation, ledger, outputs
 from tff_pflego.training.checkpoints import CheckpointManager, RunState
 from tff_pflego.training.client_store import ClientStateStore
 from tff_pflego.training.release import RunReleaser, read_rows
@@ -109,7 +109,11 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
                       f"{committed.round_num}, past --rounds={config.rounds}")
     store.restore(committed.client_states)
     sampler.set_state(committed.sampler_state)
-    logging.info("resuming from the checkpoint of round %d", committed.round_num)
+    if committed.round_num == config.rounds:
+      print(f"run already complete ({config.rounds} rounds) in {config.output_dir}: "
+            "nothing to do; --overwrite to start again", flush=True)
+    else:
+      print(f"resuming from round {committed.round_num} of {config.rounds}", flush=True)
   state = committed.server_state
   # Only now, with the checkpoint accepted, does the run touch its directory.
   outputs.write_json(os.path.join(config.output_dir, CONFIG_FILE), config.settings)
@@ -118,7 +122,8 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
   start = time.monotonic() - committed.elapsed_s
   first_round = committed.round_num + 1 if resumed else 0
   table = None
-  bar = tqdm.tqdm(range(first_round, config.rounds + 1), disable=not config.progress,
+  bar = tqdm.tqdm(range(first_round, config.rounds + 1),
+                  disable=not config.progress or first_round > config.rounds,
                   desc=config.metadata.get("algorithm", "train"), unit="round",
                   dynamic_ncols=True, initial=first_round, total=config.rounds + 1)
   try:
@@ -180,8 +185,8 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
 
   history, rounds = read_rows(releaser.metrics_path), read_rows(releaser.rounds_path)
   summary = _summary(config, history, rounds, time.monotonic() - start, data, len(store))
-  outputs.write_json(os.path.join(config.output_dir, "summary.json"), summary)
-  _plot(config, history, rounds, data)
+  outputs.write_json(os.path.join(config.output_dir, curves.SUMMARY_FILE), summary)
+  curves.plot_run(config.output_dir)
   return summary
 
 
@@ -271,13 +276,15 @@ def _column(rows: list[dict], name: str) -> list[float]:
 def _summary(config: RunConfig, history: list[dict], rounds: list[dict],
              wall_time: float, data: FederatedData, clients_seen: int) -> dict:
   evals = [r for r in history if r["round"] > 0] or history  # skip round 0
+  window = min(FINAL_WINDOW, len(evals))
   final = {name: _final_mean(_column(evals, name)) for name in
            ("test_accuracy_mean", "test_accuracy_pooled", "test_accuracy_std",
             "test_accuracy_worst10", "train_loss")}
   if config.eval_clients is not None:  # the sample mean's standard error
     final["test_accuracy_mean_se"] = _final_mean(_column(evals, "test_accuracy_mean_se"))
-  final["test_accuracy_sampled_pooled"] = _final_mean(
-      v for v in _column(rounds, "test_accuracy_sampled_pooled") if v == v)
+  sampled = [v for v in _column(rounds, "test_accuracy_sampled_pooled") if v == v]
+  final["test_accuracy_sampled_pooled"] = _final_mean(sampled)
+  windows = dict(evaluations=window, sampled_rounds=min(FINAL_WINDOW, len(sampled)))
   round_times = [v for v in _column(rounds, "round_time_s") if v == v]
   mean_of = lambda name: _mean([v for v in _column(rounds, name) if v == v])
   return dict(
@@ -299,10 +306,19 @@ def _summary(config: RunConfig, history: list[dict], rounds: list[dict],
           "test_accuracy_pooled": "all clients, pooled over test examples",
           "test_accuracy_sampled_pooled":
               "reference code: the round's clients right after their update, pooled",
-          "window": f"mean over the last {FINAL_WINDOW} evaluations"},
+          "window": _window_text(windows)},
+      final_window=windows, paper_test_accuracy=config.reference_accuracy,
       evaluated_clients=(data.num_clients if config.eval_clients is None
                          else config.eval_clients),
       partition_manifest=data.manifest_path, data_provenance=data.provenance)
+
+
+def _window_text(windows: dict[str, int]) -> str:
+  plural = lambda n, noun: f"{n} {noun}{'s' * (n != 1)}"
+  text = f"mean of the last {plural(windows['evaluations'], 'evaluation')}"
+  if windows["sampled_rounds"]:
+    text += f"; sampled clients: the last {plural(windows['sampled_rounds'], 'round')}"
+  return text
 
 
 def _write_clients_csv(path: str, table: dict[str, np.ndarray], data: FederatedData):
@@ -312,23 +328,3 @@ def _write_clients_csv(path: str, table: dict[str, np.ndarray], data: FederatedD
         client=data.client_ids[client], classes=data.partition.class_sets[client],
         **{k: table[k][j] for k in CLIENT_FIELDS[2:]}))
   writer.close()
-
-
-def _plot(config: RunConfig, history: list[dict], rounds: list[dict],
-          data: FederatedData) -> None:
-  meta = config.metadata
-  title = (f"{meta.get('algorithm', '').upper()} on {data.spec.display_name}, "
-           f"{meta.get('personalization', '')} personalization, "
-           f"I={data.num_clients}")
-  eval_rounds = _column(history, "round")
-  accuracy = {"all clients, mean": (eval_rounds, _column(history, "test_accuracy_mean")),
-              "all clients, worst 10%": (eval_rounds,
-                                         _column(history, "test_accuracy_worst10"))}
-  sampled = [(r["round"], r["test_accuracy_sampled_pooled"]) for r in rounds
-             if r.get("test_accuracy_sampled_pooled", float("nan")) == r.get(
-                 "test_accuracy_sampled_pooled")]
-  if sampled:
-    accuracy["sampled clients, pooled (ref. code)"] = tuple(zip(*sampled))
-  outputs.plot_curves(os.path.join(config.output_dir, "curves.png"), title,
-                      eval_rounds, _column(history, "train_loss"), accuracy,
-                      config.reference_accuracy)
