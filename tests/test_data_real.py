@@ -40,7 +40,7 @@ def test_reloading_reuses_the_partition(fmnist, data_dir):
 
 def test_missing_raw_file_names_the_file(tmp_path):
   with pytest.raises(DatasetNotFoundError, match=r"mnist/train-images-idx3-ubyte.gz"):
-    load_federated_data("mnist", "high", 4, data_dir=str(tmp_path / "d"),
+    load_federated_data("mnist", "high", 5, data_dir=str(tmp_path / "d"),
                         raw_data_dir=str(tmp_path / "nothing"))
   with pytest.raises(UserError, match="unknown dataset"):
     load_federated_data("imagenet", "high", 4, data_dir=str(tmp_path / "d"))

@@ -27,12 +27,13 @@ def _default(flag) -> str:
     return "see text"
   if isinstance(flag.default, list):
     return ",".join(map(str, flag.default)) or "(none)"
-  if isinstance(flag.default, str) and flag.default.startswith(REPO):
-    return os.path.relpath(flag.default, REPO) + "/"
+  if isinstance(flag.default, str) and os.path.isabs(flag.default):
+    return os.path.relpath(flag.default, REPO) + "/"  # the same table in every clone
   return str(flag.default)
 
 
 def table() -> str:
+  os.environ.pop("TFF_PFLEGO_RAW_DATA", None)  # the table shows the built-in defaults
   sys.path.insert(0, REPO)
   spec = importlib.util.spec_from_file_location(
       "train", os.path.join(REPO, "binaries", "train.py"))
