@@ -126,7 +126,7 @@ def rounds_part(algorithm: str, rounds: int) -> dict:
 
 def evaluation_part(num_clients: int, evaluations: int) -> dict:
   from tff_pflego import runtime
-  from tff_pflego.algorithms import build_algorithm
+  from tff_pflego.algorithms.registry import build_algorithm
   from tff_pflego.experiment import ExperimentConfig, prepare, resolve
   from tff_pflego.training import evaluation
   from tff_pflego.training.client_store import ClientStateStore

@@ -28,6 +28,8 @@ import time
 from absl import flags
 import numpy as np
 
+from tff_pflego import config
+
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/benchmark", "Where results go.")
 _ACCURACY_RUN = flags.DEFINE_string(
@@ -62,7 +64,9 @@ def overhead_part(num_rounds: int) -> dict:
   import tensorflow as tf
   import tensorflow_federated as tff
   from tff_pflego import runtime
-  from tff_pflego.algorithms import AlgorithmConfig, build_algorithm, common, pflego
+  from tff_pflego.algorithms import instrumentation, pflego, server_optimizers
+  from tff_pflego import settings
+  from tff_pflego.algorithms.registry import build_algorithm
   from tff_pflego.data import load_federated_data
   from tff_pflego.training.client_store import ClientStateStore
   from tff_pflego.training.sampling import ClientSampler
@@ -70,15 +74,16 @@ def overhead_part(num_rounds: int) -> dict:
   kwargs = {"data_dir": _DATA_DIR.value} if _DATA_DIR.value else {}
   data = load_federated_data("fashion_mnist", "high", 100, seed=0, **kwargs)
   sampler = ClientSampler(100, clients_per_round=20, seed=0)
-  config = AlgorithmConfig(
+  config = settings.algorithm_config(
       body="mlp", image_shape=(28, 28, 1), max_classes=2,
       total_examples=int(data.num_train_examples.sum()), participation_prob=0.2,
-      local_steps=50, client_lr=0.006, server_lr=0.002, server_optimizer="adam")
+      local_steps=50, client_lr=0.006, server_lr=0.002, server_optimizer="adam",
+      prox_mu=0.0)
   hparams = dict(local_steps=config.local_steps, client_lr=config.client_lr,
                  server_lr=config.server_lr,
                  participation_prob=config.participation_prob,
                  total_examples=config.total_examples,
-                 head_optimizer=config.head_optimizer)
+                 head_step=config.head_step, head_optimizer=config.head_optimizer)
 
   with runtime.local_execution_context():
     algorithm = build_algorithm("pflego", config, data.client_data_computations)
@@ -90,8 +95,8 @@ def overhead_part(num_rounds: int) -> dict:
     # with it held in memory as tensors (an in-memory PFLEGO written the obvious way).
     body = algorithm.body_fn()
     update = tf.function(pflego.make_client_update(
-        body, common.BodyPassCounter(), max_classes=2, **hparams))
-    optimizer = common.build_server_optimizer("adam", config.server_lr)
+        body, instrumentation.BodyPassCounter(), max_classes=2, **hparams))
+    optimizer = server_optimizers.build_server_optimizer("adam", config.server_lr)
 
     def file_dataset(i):
       return data.train.create_tf_dataset_for_client(data.client_ids[i]).cache()
@@ -101,7 +106,7 @@ def overhead_part(num_rounds: int) -> dict:
       return tf.data.Dataset.from_tensors({"x": tf.constant(x), "y": tf.constant(y)})
 
     def make_plain_round(dataset_of):
-      theta = [tf.constant(w) for w in state.body.trainable]
+      theta = [tf.constant(w) for w in state.model.trainable]
       opt_state = optimizer.initialize([tf.TensorSpec(w.shape, w.dtype) for w in theta])
       cached = {}
 
@@ -149,7 +154,7 @@ def overhead_part(num_rounds: int) -> dict:
           times[name].append(seconds)
     max_diff = max(float(np.max(np.abs(np.asarray(a) - b.numpy())))
                    for p in plain.values()
-                   for a, b in zip(state.body.trainable, p.body()))
+                   for a, b in zip(state.model.trainable, p.body()))
   median = {name: float(np.median(t)) for name, t in times.items()}
   return dict(rounds=num_rounds, clients_per_round=20, local_steps=50,
               tff_round_s=median["tff"], plain_round_s=median["plain"],
@@ -183,7 +188,8 @@ def plot(path: str, results: dict) -> None:
                     [100 * final[k] for k in keys], color=["tab:blue", "tab:green"])
       ax.bar_label(bars, fmt="%.2f")
       ax.axhline(100 * _TARGET.value, color="tab:red", ls="--", label="target")
-      ax.axhline(96.34, color="gray", ls=":", label="paper (96.34)")
+      paper = 100 * config.PAPER_ACCURACY[("fashion_mnist", "pflego", "high")]
+      ax.axhline(paper, color="gray", ls=":", label=f"paper ({paper:.2f})")
       ax.set(ylim=(85, 100), ylabel="test accuracy (%)",
              title="Fashion-MNIST High-Pers, paper setting")
       ax.legend(loc="lower right")

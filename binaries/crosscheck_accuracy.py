@@ -28,7 +28,6 @@ from __future__ import annotations
 from tff_pflego import cli  # pylint: disable=g-bad-import-order
 
 import os
-import csv
 import json
 
 from absl import flags
@@ -72,13 +71,13 @@ def independent_pflego(seed: int, c, p) -> dict:
   """Algorithm 1 in plain TF, clients one by one; all-client evaluation per round."""
   import tensorflow as tf
   from tff_pflego.models import build_body
-  from tff_pflego.algorithms import common
+  from tff_pflego.algorithms.model_types import initial_client_state
 
   data, sampler, a = p.data, p.sampler, p.algorithm_config
   clients = _client_data(data)
   body = build_body(a.body, a.image_shape, a.seed)
   theta = body.trainable_variables
-  heads = [common.initial_client_state(i, int(data.num_classes[i]), body.output_shape[-1],
+  heads = [initial_client_state(i, int(data.num_classes[i]), body.output_shape[-1],
                                        a.max_classes, a.seed)["head"]
            for i in range(data.num_clients)]
   heads = [{k: tf.constant(v) for k, v in h.items()} for h in heads]
@@ -224,8 +223,8 @@ def central_personalized_bound(seed: int, data) -> dict:
 
 
 def tff_curve(run_dir: str) -> tuple[list, float]:
-  with open(os.path.join(run_dir, "metrics.csv")) as f:
-    rows = [r for r in csv.DictReader(f) if int(r["round"]) > 0]
+  from tff_pflego.training.release import read_rows
+  rows = [r for r in read_rows(os.path.join(run_dir, "metrics.csv")) if r["round"] > 0]
   with open(os.path.join(run_dir, "summary.json")) as f:
     final = json.load(f)["final"]["test_accuracy_mean"]
   return [(int(r["round"]), float(r["test_accuracy_mean"])) for r in rows], final

@@ -96,13 +96,12 @@ def run_cell(dataset: str, degree: str, algorithm: str, seed: int) -> None:
 
 
 def _rows(path: str) -> list[dict]:
-  with open(path, newline="") as f:
-    return [{k: float(v) if v not in ("", None) else np.nan for k, v in r.items()}
-            for r in csv.DictReader(f)]
+  from tff_pflego.training.release import read_rows
+  return read_rows(path)
 
 
 def cell_result(dataset: str, degree: str, algorithm: str, seed: int) -> dict:
-  from tff_pflego.experiment import PAPER_ACCURACY
+  from tff_pflego.config import PAPER_ACCURACY
   directory = cell_dir(dataset, degree, algorithm, seed)
   with open(os.path.join(directory, "summary.json")) as f:
     summary = json.load(f)

@@ -6,17 +6,105 @@ import collections
 import dataclasses
 import functools
 import gzip
+import importlib
 import os
 import struct
+import subprocess
+import sys
+import time
 
 import numpy as np
+import psutil
 import tensorflow as tf
 
-from tff_pflego.algorithms import common
+from tff_pflego import settings
+from tff_pflego.algorithms import pflego
+from tff_pflego.algorithms.model_types import initial_client_state
 from tff_pflego.models import build_body
+
+# Running the binaries -------------------------------------------------------------
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN = [sys.executable, os.path.join(REPO, "binaries", "train.py")]
+ENV = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def tiny_run(data_dir, output_dir, rounds=2):
+  return TRAIN + ["--dataset=fashion_mnist", "--num_clients=5", "--clients_per_round=2",
+                  f"--rounds={rounds}", "--local_steps=2", f"--data_dir={data_dir}",
+                  f"--output_dir={output_dir}", "--noprogress"]
+
+
+def workers_of(pid: int) -> list[psutil.Process]:
+  try:
+    return [c for c in psutil.Process(pid).children(recursive=True)
+            if c.name() == "worker_binary"]
+  except psutil.NoSuchProcess:
+    return []
+
+
+def wait_for_worker(proc: subprocess.Popen, timeout: float = 120) -> psutil.Process:
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    assert proc.poll() is None, proc.communicate()
+    found = workers_of(proc.pid)
+    if found:
+      return found[0]
+    time.sleep(0.2)
+  raise AssertionError("the binary never started a TFF worker")
+
+
+def assert_gone(worker: psutil.Process, timeout: float = 10) -> None:
+  try:
+    worker.wait(timeout)
+  except psutil.NoSuchProcess:
+    pass
+  assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
+
+
+# PFLEGO on the small synthetic problem -----------------------------------------------
+
+SIZES = (5, 8, 11)
+NUM_CLASSES = (2, 3, 3)  # K_i differ: heads padded to 3 and masked
+MAX_CLASSES = 3
+BETA, RHO = 0.3, 0.2
+
+
+def pflego_process(num_clients_total, participation_prob, local_steps, optimizer="sgd",
+          total_examples=None, head_step="exact"):
+  return pflego.build_pflego_process(
+      body_fn, image_shape=IMAGE_SHAPE, max_classes=MAX_CLASSES,
+      total_examples=total_examples, participation_prob=participation_prob,
+      local_steps=local_steps, client_lr=BETA, server_lr=RHO,
+      server_optimizer=optimizer, head_step=head_step, head_optimizer="gd")
+
+
+def subset_estimate(process, state, data, states, subset):
+  new_state, new_states, _ = process.next(
+      state, [as_dataset(*data[i]) for i in subset], [states[i] for i in subset])
+  theta = [np.asarray(w) for w in state.model.trainable]
+  estimate = [(w - np.asarray(n)) / RHO for w, n in zip(theta, new_state.model.trainable)]
+  return estimate, {int(s["client_index"]): s["head"] for s in new_states}
+
 
 IMAGE_SHAPE = (4, 4, 1)
 body_fn = functools.partial(build_body, "mlp", IMAGE_SHAPE, 3)
+
+
+def algorithm_config(**overrides):
+  """An AlgorithmConfig of the synthetic problems: the settings' defaults, paper-style
+  values for the ones derived at run time, then `overrides`."""
+  values = dict(body="mlp", image_shape=IMAGE_SHAPE, max_classes=3, total_examples=10,
+                participation_prob=1.0, local_steps=2, client_lr=0.1, server_lr=0.1,
+                server_optimizer="sgd", prox_mu=0.25)
+  return settings.algorithm_config(**values | overrides)
+
+
+def plan(name: str, local_steps: int, client_lr: float, **overrides):
+  """The AveragingPlan of baseline `name` (its module's `plan`)."""
+  module = importlib.import_module(f"tff_pflego.algorithms.{name}")
+  return module.plan(algorithm_config(local_steps=local_steps, client_lr=client_lr,
+                                      **overrides))
 
 
 def synthetic_clients(sizes, num_classes, seed=0):
@@ -32,7 +120,7 @@ def as_dataset(x, y, batch_size=4):
 
 
 def client_states(num_classes, max_classes, seed=0):
-  return [common.initial_client_state(i, k, 200, max_classes, seed)
+  return [initial_client_state(i, k, 200, max_classes, seed)
           for i, k in enumerate(num_classes)]
 
 

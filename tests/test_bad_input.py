@@ -15,7 +15,7 @@ from typing import Callable
 
 import pytest
 
-from tests.test_processes import ENV, TRAIN, tiny_run
+from tests.helpers import ENV, TRAIN, tiny_run
 
 FASHION_RAW = "/usr/share/datasets/fashion-mnist"
 
@@ -26,6 +26,7 @@ class Case:
   args: Callable[["Ctx"], list[str]]  # the command line, given the context
   message: str  # must appear in the single "error: " line
   protects_run: bool = False  # the case points at a finished run: it must be untouched
+  setting: str = ""  # the setting (tff_pflego.settings) whose allowed values it breaks
 
 
 @dataclasses.dataclass
@@ -78,27 +79,53 @@ def _a_file(ctx: Ctx) -> str:
 
 
 CASES = [
-    Case("negative rounds", lambda c: c.tiny(rounds=-1), "--rounds must be >= 1"),
+    Case("negative rounds", lambda c: c.tiny(rounds=-1),
+         "--rounds=-1: -1 is not a positive integer", setting="rounds"),
     Case("rounds not a number", lambda c: c.tiny(rounds="many"), "--rounds"),
     Case("r > I", lambda c: c.tiny(clients_per_round=9), "--clients_per_round must be in"),
-    Case("unknown dataset", lambda c: c.tiny(dataset="imagenet"), "unknown dataset"),
+    Case("r = 0", lambda c: c.tiny(clients_per_round=0), "--clients_per_round=0",
+         setting="clients_per_round"),
+    Case("no clients", lambda c: c.tiny(num_clients=0), "--num_clients=0",
+         setting="num_clients"),
+    Case("unknown dataset", lambda c: c.tiny(dataset="imagenet"),
+         "--dataset=imagenet: value should be one of", setting="dataset"),
     Case("unknown degree", lambda c: c.tiny(personalization="extreme"),
-         "unknown personalization"),
-    Case("unknown algorithm", lambda c: c.tiny(algorithm="sgd"), "unknown algorithm"),
-    Case("tau = 0", lambda c: c.tiny(local_steps=0), "--local_steps must be >= 1"),
-    Case("negative rho", lambda c: c.tiny(server_lr=-1), "--server_lr must be > 0"),
-    Case("zero beta", lambda c: c.tiny(client_lr=0), "--client_lr must be > 0"),
+         "--personalization=extreme: value should be one of", setting="personalization"),
+    Case("unknown algorithm", lambda c: c.tiny(algorithm="sgd"),
+         "--algorithm=sgd: value should be one of", setting="algorithm"),
+    Case("tau = 0", lambda c: c.tiny(local_steps=0), "--local_steps=0",
+         setting="local_steps"),
+    Case("negative rho", lambda c: c.tiny(server_lr=-1), "--server_lr must be > 0",
+         setting="server_lr"),
+    Case("zero beta", lambda c: c.tiny(client_lr=0), "--client_lr must be > 0",
+         setting="client_lr"),
     Case("unknown server optimizer", lambda c: c.tiny(server_optimizer="rmsprop"),
-         "--server_optimizer must be adam or sgd"),
-    Case("unknown head step", lambda c: c.tiny(head_step="half"), "--head_step must be"),
+         "--server_optimizer=rmsprop: value should be one of <adam|sgd>",
+         setting="server_optimizer"),
+    Case("unknown head step", lambda c: c.tiny(head_step="half"), "--head_step=half",
+         setting="head_step"),
+    Case("unknown head optimizer", lambda c: c.tiny(head_optimizer="adam"),
+         "--head_optimizer=adam", setting="head_optimizer"),
+    Case("negative seed", lambda c: c.tiny(seed=-1), "--seed=-1", setting="seed"),
     Case("pi > 1", lambda c: [a for a in c.tiny(participation_prob=1.5)
                               if not a.startswith("--clients_per_round")],
-         "--participation_prob must be in"),
-    Case("r and pi together", lambda c: c.tiny(participation_prob=0.2), "not both"),
-    Case("eval_every = 0", lambda c: c.tiny(eval_every=0), "--eval_every must be >= 1"),
-    Case("dropout = 1", lambda c: c.tiny(dropout_prob=1.0), "--dropout_prob must be in"),
+         "--participation_prob=1.5", setting="participation_prob"),
+    Case("eval_clients = 0", lambda c: c.tiny(eval_clients=0), "--eval_clients=0",
+         setting="eval_clients"),
+    Case("negative mu", lambda c: c.tiny(prox_mu=-0.5), "--prox_mu=-0.5",
+         setting="prox_mu"),
+    Case("body_steps = 0", lambda c: c.tiny(body_steps=0), "--body_steps=0",
+         setting="body_steps"),
+    Case("momentum = 1", lambda c: c.tiny(momentum=1.0), "--momentum must be in [0, 1)",
+         setting="momentum"),
+    Case("r and pi together", lambda c: c.tiny(participation_prob=0.2),
+         "At most one of (clients_per_round, participation_prob)"),
+    Case("eval_every = 0", lambda c: c.tiny(eval_every=0), "--eval_every=0",
+         setting="eval_every"),
+    Case("dropout = 1", lambda c: c.tiny(dropout_prob=1.0), "--dropout_prob must be in",
+         setting="dropout_prob"),
     Case("negative checkpoint_every", lambda c: c.tiny(checkpoint_every=-1),
-         "--checkpoint_every must be >= 0"),
+         "--checkpoint_every=-1", setting="checkpoint_every"),
     Case("worker address without port", lambda c: c.tiny(workers="localhost"),
          "not a host:port address"),
     Case("no worker at the address", lambda c: c.tiny(workers="localhost:1"),
@@ -156,8 +183,23 @@ def _digest(path: str) -> dict[str, str]:
   return digests
 
 
-def test_the_table_has_twenty_distinct_mistakes():
-  assert len({c.name for c in CASES}) == len(CASES) >= 20
+def test_every_setting_with_allowed_values_has_a_case():
+  """A setting given choices or a range later fails here until the table tries it."""
+  from tff_pflego import settings
+  restricted = {s.name for s in settings.SETTINGS.values()
+                if s.choices or s.range_text()}
+  assert restricted - {c.setting for c in CASES} == set()
+  assert len({c.name for c in CASES}) == len(CASES)
+
+
+def test_the_python_api_checks_the_same_ranges():
+  """ExperimentConfig built in Python: the same setting table, the same one line."""
+  from tff_pflego.errors import UserError
+  from tff_pflego.experiment import ExperimentConfig, resolve
+  for setting, bad in (("rounds", 0), ("client_lr", 0.0), ("momentum", 1.0),
+                       ("algorithm", "sgd"), ("participation_prob", 1.5)):
+    with pytest.raises(UserError, match=f"^--{setting} must be"):
+      resolve(ExperimentConfig(**{setting: bad}))
 
 
 @dataclasses.dataclass

@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 from tests import helpers
-from tff_pflego.algorithms import averaging, common, pflego
+from tff_pflego.algorithms import averaging, fedbabu, pflego, registry
+from tff_pflego.algorithms.model_types import model_types
 from tff_pflego.algorithms.local_training import LocalPhase
 
 K = 3  # every client uses all K_max = 3 classes here, so no masking is involved
@@ -39,7 +40,7 @@ def _keras_gd(weights, head, x, y, steps, lr, prox_mu=0.0, anchor=None):
 @pytest.mark.parametrize("name,mu", [("fedavg", 0.0), ("fedprox", 0.7)])
 def test_one_client_round_is_tau_hand_computed_steps(name, mu):
   (x, y), = helpers.synthetic_clients((9,), (K,), seed=5)
-  process = _process(averaging.paper_plan(name, TAU, LR, prox_mu=mu))
+  process = _process(helpers.plan(name, TAU, LR, prox_mu=mu))
   state = process.initialize()
   weights = list(state.model.trainable)
   head = dict(kernel=weights[-2], bias=weights[-1])
@@ -60,8 +61,8 @@ def test_fedprox_with_mu_zero_is_fedavg():
   data = helpers.synthetic_clients((6, 9), (K, K), seed=6)
   datasets = [helpers.as_dataset(*d) for d in data]
   results = []
-  for plan in (averaging.paper_plan("fedavg", TAU, LR),
-               averaging.paper_plan("fedprox", TAU, LR, prox_mu=0.0)):
+  for plan in (helpers.plan("fedavg", TAU, LR),
+               helpers.plan("fedprox", TAU, LR, prox_mu=0.0)):
     process = _process(plan)
     state, _, _ = process.next(process.initialize(), datasets,
                                helpers.client_states((K, K), K))
@@ -72,7 +73,7 @@ def test_fedprox_with_mu_zero_is_fedavg():
 
 def test_two_clients_are_averaged_by_examples():
   data = helpers.synthetic_clients((4, 12), (K, K), seed=7)
-  process = _process(averaging.paper_plan("fedavg", TAU, LR))
+  process = _process(helpers.plan("fedavg", TAU, LR))
   state = process.initialize()
   weights = list(state.model.trainable)
   head = dict(kernel=weights[-2], bias=weights[-1])
@@ -85,33 +86,33 @@ def test_two_clients_are_averaged_by_examples():
 
 
 def _types():
-  return common.model_types(helpers.body_fn, helpers.IMAGE_SHAPE, K)
+  return model_types(helpers.body_fn, helpers.IMAGE_SHAPE, K)
 
 
 @pytest.mark.parametrize("name", ["fedper", "fedrep", "fedbabu"])
 def test_personal_heads_never_reach_the_server(name):
   types = _types()
-  work = averaging.build_averaging_client_work(
-      helpers.body_fn, averaging.paper_plan(name, TAU, LR), types)
+  work = averaging.build_client_work(
+      helpers.body_fn, helpers.plan(name, TAU, LR), types)
   assert work.type_signature.result.update == types.weights.trainable
   head_shapes = {(types.feature_dim, K), (K,)}
   shapes = {tuple(t.shape) for t in work.type_signature.result.update}
   assert not shapes & head_shapes
-  assert not averaging.paper_plan(name, TAU, LR).shared_head
+  assert not helpers.plan(name, TAU, LR).shared_head
 
 
 def test_pflego_sends_no_head():
   types = _types()
-  work = pflego.build_pflego_client_work(
+  work = pflego.build_client_work(
       helpers.body_fn, types, local_steps=2, client_lr=0.1, server_lr=0.1,
-      participation_prob=1.0, total_examples=10)
+      participation_prob=1.0, total_examples=10, head_step="exact", head_optimizer="gd")
   assert work.type_signature.result.update == types.weights.trainable
 
 
 def test_personal_heads_stay_with_their_clients():
   data = helpers.synthetic_clients((5, 8), (K, K), seed=8)
   states = helpers.client_states((K, K), K, seed=3)
-  process = _process(averaging.paper_plan("fedper", TAU, LR))
+  process = _process(helpers.plan("fedper", TAU, LR))
   state = process.initialize()
   theta = list(state.model.trainable)
   _, new_states, _ = process.next(state, [helpers.as_dataset(*d) for d in data], states)
@@ -123,10 +124,10 @@ def test_personal_heads_stay_with_their_clients():
 
 def test_fedbabu_head_is_fixed_and_fedrep_phases_touch_one_part_each():
   (x, y), = helpers.synthetic_clients((7,), (K,), seed=9)
-  fixed = averaging.orthogonal_head(200, K, seed=0)
+  fixed = fedbabu.orthogonal_head(200, K, seed=0)
   np.testing.assert_allclose(fixed["kernel"].T @ fixed["kernel"], np.eye(K), atol=1e-6)
   state_in = [dict(helpers.client_states((K,), K)[0], head=fixed)]
-  process = _process(averaging.paper_plan("fedbabu", TAU, LR))
+  process = _process(helpers.plan("fedbabu", TAU, LR))
   state = process.initialize()
   new_state, (babu,), metrics = process.next(state, [helpers.as_dataset(x, y)], state_in)
   np.testing.assert_array_equal(babu["head"]["kernel"], fixed["kernel"])
@@ -152,8 +153,8 @@ def test_local_evaluation_scores_the_locally_trained_model(name):
   """The reference code's protocol: the client's test loss right after its tau steps."""
   (x, y), (xt, yt) = helpers.synthetic_clients((9, 7), (K, K), seed=6)
   process = averaging.build_averaging_process(
-      helpers.body_fn, averaging.paper_plan(name, TAU, LR),
-      image_shape=helpers.IMAGE_SHAPE, max_classes=K, local_evaluation=True)
+      helpers.body_fn, helpers.plan(name, TAU, LR),
+      image_shape=helpers.IMAGE_SHAPE, max_classes=K, evaluate_in_round=True)
   state = process.initialize()
   states = helpers.client_states((K,), K)
   data = [collections.OrderedDict(train=helpers.as_dataset(x, y),
@@ -176,11 +177,14 @@ def test_local_evaluation_scores_the_locally_trained_model(name):
   assert (got["body_forward_passes"], got["body_backward_passes"]) == (TAU, TAU)
 
 
-@pytest.mark.parametrize("name,passes", [("fedavg", (2, 2)), ("fedprox", (2, 2)),
-                                         ("fedper", (2, 2)), ("fedrep", (2, 1)),
-                                         ("fedbabu", (5, 5)), ("fedrecon", (3, 1)),
-                                         ("ditto", (4, 4))])
-def test_every_baseline_runs_two_rounds_on_real_data(name, passes, prepared, tmp_path):
+# Body passes (forward, backward) per client and round at tau = 2 (FedRep: 1 body step).
+BODY_PASSES = {"fedavg": (2, 2), "fedprox": (2, 2), "fedper": (2, 2), "fedrep": (2, 1),
+               "fedbabu": (5, 5), "fedrecon": (3, 1), "ditto": (4, 4), "local_only": (2, 2)}
+
+
+@pytest.mark.parametrize("name", [n for n in registry.names() if n != "pflego"])
+def test_every_baseline_runs_two_rounds_on_real_data(name, prepared, tmp_path):
+  passes = BODY_PASSES[name]  # a newly registered baseline must state its passes
   import csv
   from tff_pflego.experiment import ExperimentConfig, run_experiment
   out = tmp_path / name
@@ -203,7 +207,7 @@ def test_ledger_bytes_come_from_the_type_signatures():
   head = 4 * (200 * K + K)
   assert ledger.traffic_per_client(types.weights, types.weights.trainable) == dict(
       bytes_down=body, bytes_up=body + 4)  # PFLEGO, FedPer, ...: the body only
-  shared = averaging.shared_weights_type(types, shared_head=True)
+  shared = averaging.shared_weights_type(types, helpers.plan("fedavg", TAU, LR))
   assert ledger.traffic_per_client(shared, shared.trainable) == dict(
       bytes_down=body + head, bytes_up=body + head + 4)  # FedAvg: body and head
 
@@ -213,7 +217,7 @@ def test_fedrecon_body_gradient_is_taken_at_the_reconstructed_head():
   (x, y), = helpers.synthetic_clients((10,), (K,), seed=10)
   rho = 0.3
   process = averaging.build_averaging_process(
-      helpers.body_fn, averaging.paper_plan("fedrecon", TAU, LR),
+      helpers.body_fn, helpers.plan("fedrecon", TAU, LR),
       image_shape=helpers.IMAGE_SHAPE, max_classes=K,
       server_optimizer=tff.learning.optimizers.build_sgdm(learning_rate=rho))
   state = process.initialize()
@@ -242,7 +246,7 @@ def test_fedrecon_body_gradient_is_taken_at_the_reconstructed_head():
 def test_ditto_personal_update_is_the_hand_computed_prox_steps():
   (x, y), = helpers.synthetic_clients((8,), (K,), seed=11)
   mu = 0.6
-  plan = averaging.paper_plan("ditto", TAU, LR, prox_mu=mu)
+  plan = helpers.plan("ditto", TAU, LR, prox_mu=mu)
   process = _process(plan)
   state = process.initialize()
   global_weights = [np.asarray(w) for w in state.model.trainable]  # body + shared head
@@ -268,3 +272,62 @@ def test_ditto_personal_update_is_the_hand_computed_prox_steps():
   counts = metrics["clients"][0]
   assert (counts["body_forward_passes"], counts["body_backward_passes"]) == (2 * TAU,
                                                                             2 * TAU)
+
+
+def test_local_only_clients_run_their_own_gd_and_share_nothing():
+  """Two rounds of Local-only = 2 tau plain GD steps on each client's own model."""
+  from tff_pflego.training import ledger
+  data = helpers.synthetic_clients((6, 9), (K, K), seed=12)
+  process = _process(helpers.plan("local_only", TAU, LR))
+  state = process.initialize()
+  rng = np.random.default_rng(1)
+  theta = [np.asarray(v) for v in helpers.body_fn().trainable_variables]
+  states = [dict(s, body=[w + 0.05 * rng.standard_normal(w.shape).astype(np.float32)
+                          for w in theta])
+            for s in helpers.client_states((K, K), K, seed=6)]
+  datasets = [helpers.as_dataset(*d) for d in data]
+  new_state, after, _ = process.next(state, datasets, states)
+  new_state, after, metrics = process.next(new_state, datasets, after)
+  by_index = {int(s["client_index"]): s for s in after}
+  for i, (x, y) in enumerate(data):
+    expected = _keras_gd(states[i]["body"], states[i]["head"], x, y, 2 * TAU, LR)
+    got = by_index[i]
+    for g, w in zip(list(got["body"]) + [got["head"]["kernel"], got["head"]["bias"]],
+                    expected):
+      np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+  # The clients differ (their own data): no averaging happened (the test can fail).
+  assert not np.allclose(by_index[0]["body"][0], by_index[1]["body"][0], atol=1e-4)
+  shared = process.next.type_signature.parameter[0].member.model
+  assert ledger.traffic_per_client(shared, shared.trainable) == dict(bytes_down=0,
+                                                                     bytes_up=4)
+  assert metrics["train"]["num_clients"] == 2
+
+
+def test_composition_refuses_stages_that_do_not_fit():
+  """As tff.learning's compose_learning_process: an aggregator built for FedAvg's body
+  and head cannot take FedPer's body-only update."""
+  import tensorflow_federated as tff
+  from tff_pflego import aggregators
+  from tff_pflego.algorithms import composition
+  types = _types()
+  work = averaging.build_client_work(helpers.body_fn, helpers.plan("fedper", TAU, LR), types)
+  distributor = tff.learning.templates.build_broadcast_process(types.weights)
+  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
+      tff.learning.optimizers.build_sgdm(1.0), types.weights)
+
+  @tff.tensorflow.computation
+  def initial():
+    return tff.learning.models.ModelWeights.from_model(helpers.body_fn())
+
+  def aggregator_for(value_type):
+    return aggregators.NonFiniteRejectionFactory(tff.aggregators.MeanFactory()).create(
+        value_type, tff.TensorType(np.float32))
+
+  fedavg_shared = averaging.shared_weights_type(types, helpers.plan("fedavg", TAU, LR))
+  with pytest.raises(composition.StagesDoNotFit, match="but the aggregator takes"):
+    composition.compose_process(initial, distributor, work,
+                                aggregator_for(fedavg_shared.trainable), finalizer,
+                                types.dataset, types.client_state)
+  composition.compose_process(initial, distributor, work,
+                              aggregator_for(types.weights.trainable), finalizer,
+                              types.dataset, types.client_state)

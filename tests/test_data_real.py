@@ -35,7 +35,7 @@ def test_client_files_hold_exactly_the_manifest_examples(fmnist, data_dir):
 
 def test_reloading_reuses_the_partition(fmnist, data_dir):
   again = load_federated_data("fashion_mnist", "high", 10, seed=0, data_dir=data_dir)
-  assert again.partition.dumps() == fmnist.partition.dumps()
+  assert again.partition.to_json() == fmnist.partition.to_json()
 
 
 def test_missing_raw_file_names_the_file(tmp_path):

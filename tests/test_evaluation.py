@@ -8,7 +8,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import helpers
-from tff_pflego.algorithms import common
+from tff_pflego.algorithms.model_types import model_types
 from tff_pflego.training import evaluation
 
 SIZES, NUM_CLASSES, MAX_CLASSES = (6, 6, 6), (2, 3, 2), 3
@@ -41,7 +41,7 @@ def _random_states(seed):
 def test_personalized_evaluation_equals_each_clients_keras_model():
   """Every client's loss and accuracy on train and test are its own Keras model's
   (body + its K_i-class head, padded classes masked), whatever order TFF returns them in."""
-  types = common.model_types(helpers.body_fn, helpers.IMAGE_SHAPE, MAX_CLASSES)
+  types = model_types(helpers.body_fn, helpers.IMAGE_SHAPE, MAX_CLASSES)
   train = helpers.synthetic_clients(SIZES, NUM_CLASSES, seed=1)
   test = helpers.synthetic_clients(SIZES, NUM_CLASSES, seed=2)
   evaluate = evaluation.build_personalized_evaluation(
@@ -108,7 +108,7 @@ def test_cohort_evaluation_equals_each_clients_keras_model():
   """One computation per cohort gives every client's own numbers: clients of 1 to 9
   examples and K_i = 1..3 share cohorts, in shuffled order, one cohort of one client."""
   sizes, num_classes = (5, 1, 9, 3, 7, 2), (2, 3, 1, 3, 2, 3)
-  types = common.model_types(helpers.body_fn, helpers.IMAGE_SHAPE, MAX_CLASSES)
+  types = model_types(helpers.body_fn, helpers.IMAGE_SHAPE, MAX_CLASSES)
   train, train_fn = _ragged_clients(sizes, num_classes, seed=4)
   test, test_fn = _ragged_clients(sizes[::-1], num_classes, seed=5)
   evaluate = evaluation.build_cohort_evaluation(helpers.body_fn, types, train_fn,

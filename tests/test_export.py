@@ -12,10 +12,10 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from tests.test_processes import ENV
+from tests.helpers import ENV
 from tff_pflego import experiment
-from tff_pflego.algorithms import build_algorithm
-from tff_pflego.algorithms.common import assign_weights
+from tff_pflego.algorithms.registry import build_algorithm
+from tff_pflego.models import assign_weights
 from tff_pflego.models import heads as heads_lib
 from tff_pflego.training import driver
 
@@ -62,7 +62,7 @@ for j in range(int(inputs["num_round_clients"])):
       client_index=np.int32(inputs[f"index{j}"]), num_classes=np.int32(inputs[f"k{j}"]),
       head=collections.OrderedDict(kernel=inputs[f"kernel{j}"], bias=inputs[f"bias{j}"])))
 state, new_states, metrics = next_fn(state, datasets, states)
-for i, w in enumerate(state["body"]["trainable"]):
+for i, w in enumerate(state["model"]["trainable"]):
   out[f"next_body{i}"] = np.asarray(w)
 out["imported_tff_pflego"] = np.array(any(m.startswith("tff_pflego") for m in sys.modules))
 np.savez(out_path, **out)
@@ -140,5 +140,5 @@ def test_exported_artifacts_reproduce_the_run_in_a_fresh_process(data_dir, tmp_p
   np.testing.assert_array_equal(
       got["client_class_id"],
       prepared.data.partition.class_sets[client][np.argmax(logits, -1)])
-  for i, w in enumerate(new_state.body.trainable):
+  for i, w in enumerate(new_state.model.trainable):
     np.testing.assert_allclose(got[f"next_body{i}"], w, rtol=1e-5, atol=1e-6)

@@ -8,7 +8,8 @@ import itertools
 import numpy as np
 
 from tests import helpers
-from tests.test_pflego_math import BETA, MAX_CLASSES, _estimate, build
+from tests.helpers import BETA, MAX_CLASSES, subset_estimate
+from tests.helpers import pflego_process as build
 from tff_pflego.training.client_store import ClientStateStore
 from tff_pflego.training.sampling import ClientSampler
 
@@ -22,7 +23,7 @@ def test_dropout_estimator_is_unbiased_over_all_subsets_and_reports():
   process = build(4, sampler.participation_prob, local_steps=2, total_examples=sum(sizes))
   state = process.initialize()
   states = helpers.client_states(num_classes, MAX_CLASSES)
-  theta = [np.asarray(w) for w in state.body.trainable]
+  theta = [np.asarray(w) for w in state.model.trainable]
   exact, _, _ = helpers.central_gradients(theta, [s["head"] for s in states],
                                           num_classes, data, presteps=1, lr=BETA)
 
@@ -39,7 +40,7 @@ def test_dropout_estimator_is_unbiased_over_all_subsets_and_reports():
   for reports, p in prob.items():
     if not reports:
       continue  # nobody reports: the estimate is 0
-    estimate, _ = _estimate(process, state, data, states, reports)
+    estimate, _ = subset_estimate(process, state, data, states, reports)
     expectation = [a + p * e for a, e in zip(expectation, estimate)]
   for got, g in zip(expectation, exact):
     np.testing.assert_allclose(got, g, atol=2e-5, rtol=1e-4)
@@ -82,12 +83,12 @@ def test_non_finite_update_is_rejected_and_the_round_goes_on_without_it():
   assert int(metrics["train"]["update_non_finite"]) == 0
   without, _, _ = process.next(state, [helpers.as_dataset(*data[i]) for i in (0, 2)],
                                [states[i] for i in (0, 2)])
-  for got, want in zip(new_state.body.trainable, without.body.trainable):
+  for got, want in zip(new_state.model.trainable, without.model.trainable):
     assert np.all(np.isfinite(got))
     np.testing.assert_allclose(got, want, atol=1e-7)
   # ...and it differs from the round with the honest client 1 (the test can fail).
   honest, _, _ = process.next(state, [helpers.as_dataset(*d) for d in data], states)
-  assert not np.allclose(honest.body.trainable[0], without.body.trainable[0], atol=1e-6)
+  assert not np.allclose(honest.model.trainable[0], without.model.trainable[0], atol=1e-6)
 
   # The driver's store refuses the poisoned client's non-finite head.
   store = ClientStateStore(lambda i: states[i])

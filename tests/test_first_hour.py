@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.test_processes import ENV, REPO, TRAIN, tiny_run
+from tests.helpers import ENV, REPO, TRAIN, tiny_run
 
 # TensorFlow's C++ log lines ("2026-11-23 11:24:30.789623: E tensorflow/...") and the
 # GPU build's start-up notices.

@@ -16,7 +16,8 @@ import psutil
 
 from tests import helpers
 from tff_pflego import runtime
-from tff_pflego.algorithms import AlgorithmConfig, build_algorithm
+from tff_pflego import settings
+from tff_pflego.algorithms.registry import build_algorithm
 from tff_pflego.data import load_federated_data
 from tff_pflego.training import evaluation
 from tff_pflego.training.client_store import ClientStateStore
@@ -33,10 +34,11 @@ def test_worker_memory_stays_flat_over_hundreds_of_rounds(tmp_path, monkeypatch)
                                        num_test=100)
   data = load_federated_data("tiny", "high", 10, data_dir=tiny["data_dir"],
                              raw_data_dir=tiny["raw_dir"])
-  config = AlgorithmConfig(body="mlp", image_shape=(28, 28, 1), max_classes=2,
-                           total_examples=int(data.num_train_examples.sum()),
-                           participation_prob=1.0, local_steps=2, client_lr=0.006,
-                           server_lr=0.002)
+  config = settings.algorithm_config(
+      body="mlp", image_shape=(28, 28, 1), max_classes=2,
+      total_examples=int(data.num_train_examples.sum()), participation_prob=1.0,
+      local_steps=2, client_lr=0.006, server_lr=0.002, server_optimizer="adam",
+      prox_mu=0.0)
   ids = list(data.client_ids)
   indices = np.arange(data.num_clients)
   with runtime.local_execution_context() as worker:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_pflego.models import build_body, feature_dim, heads
+from tff_pflego.models import build_body, heads
 
 
 @pytest.mark.parametrize("name,shape,m", [("mlp", (28, 28, 1), 200),
@@ -14,8 +14,8 @@ from tff_pflego.models import build_body, feature_dim, heads
                                           ("conv4", (28, 28, 1), 64)])
 def test_body_plus_head_equals_one_keras_model(name, shape, m):
   body = build_body(name, shape, seed=0)
-  assert feature_dim(body) == m
-  head = heads.build_head(5)
+  assert body.output_shape[-1] == m
+  head = tf.keras.layers.Dense(5)
   model = tf.keras.Sequential([body, head])
   x = np.random.default_rng(0).random((3,) + shape).astype(np.float32)
   logits = model(x)
@@ -43,12 +43,12 @@ def test_masked_padded_head_equals_small_head():
 
 
 def test_full_batch_concatenates_batches_in_order_and_keeps_empty_shapes():
-  from tff_pflego.algorithms import common
+  from tff_pflego.data.batching import full_batch
   x = np.arange(30, dtype=np.float32).reshape(10, 3)
   y = np.arange(10, dtype=np.int32)
   batched = tf.data.Dataset.from_tensor_slices({"x": x, "y": y}).batch(4)  # 4 + 4 + 2
-  whole = common.full_batch(batched)
+  whole = full_batch(batched)
   np.testing.assert_array_equal(whole["x"], x)
   np.testing.assert_array_equal(whole["y"], y)
-  empty = common.full_batch(batched.take(0))
+  empty = full_batch(batched.take(0))
   assert empty["x"].shape == (0, 3) and empty["y"].shape == (0,)

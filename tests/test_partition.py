@@ -41,8 +41,8 @@ def test_partition_is_deterministic_for_a_seed():
   a = p.partition_by_classes(train, test, 8, 2, seed=5)
   b = p.partition_by_classes(train, test, 8, 2, seed=5)
   c = p.partition_by_classes(train, test, 8, 2, seed=6)
-  assert a.dumps() == b.dumps() and a.dumps() != c.dumps()
-  assert p.ClientPartition.from_json(a.to_json()).dumps() == a.dumps()
+  assert a.to_json() == b.to_json() and a.to_json() != c.to_json()
+  assert p.ClientPartition.from_json(a.to_json()).to_json() == a.to_json()
 
 
 def test_too_many_clients_for_the_data_is_a_user_error():

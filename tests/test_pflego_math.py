@@ -9,22 +9,9 @@ import pytest
 import tensorflow as tf
 
 from tests import helpers
-from tff_pflego.algorithms import common, pflego
-
-SIZES = (5, 8, 11)
-NUM_CLASSES = (2, 3, 3)  # K_i differ: heads padded to 3 and masked
-MAX_CLASSES = 3
-BETA, RHO = 0.3, 0.2
-
-
-def build(num_clients_total, participation_prob, local_steps, optimizer="sgd",
-          total_examples=None, head_step="exact"):
-  return pflego.build_pflego_process(
-      helpers.body_fn, image_shape=helpers.IMAGE_SHAPE, max_classes=MAX_CLASSES,
-      total_examples=total_examples, participation_prob=participation_prob,
-      local_steps=local_steps, client_lr=BETA, server_lr=RHO,
-      server_optimizer=optimizer, head_step=head_step, head_optimizer="gd")
-
+from tests.helpers import BETA, MAX_CLASSES, NUM_CLASSES, RHO, SIZES, subset_estimate
+from tests.helpers import pflego_process as build
+from tff_pflego.algorithms import pflego, server_optimizers
 
 @pytest.mark.parametrize("local_steps", [1, 4])
 def test_full_participation_round_is_one_full_batch_gd_step(local_steps):
@@ -32,7 +19,7 @@ def test_full_participation_round_is_one_full_batch_gd_step(local_steps):
   process = build(3, 1.0, local_steps, total_examples=sum(SIZES))
   state = process.initialize()
   states = helpers.client_states(NUM_CLASSES, MAX_CLASSES)
-  theta = [np.asarray(w) for w in state.body.trainable]
+  theta = [np.asarray(w) for w in state.model.trainable]
 
   new_state, new_states, metrics = process.next(
       state, [helpers.as_dataset(x, y) for x, y in data], states)
@@ -40,7 +27,7 @@ def test_full_participation_round_is_one_full_batch_gd_step(local_steps):
   grad_body, grad_heads, models = helpers.central_gradients(
       theta, [s["head"] for s in states], NUM_CLASSES, data,
       presteps=local_steps - 1, lr=BETA)
-  for got, w, g in zip(new_state.body.trainable, theta, grad_body):
+  for got, w, g in zip(new_state.model.trainable, theta, grad_body):
     np.testing.assert_allclose(got, w - RHO * g, atol=1e-5, rtol=1e-5)
   by_index = {int(s["client_index"]): s for s in new_states}
   for i, (model, (g_kernel, g_bias)) in enumerate(zip(models, grad_heads)):
@@ -56,21 +43,13 @@ def test_full_participation_round_is_one_full_batch_gd_step(local_steps):
   assert float(metrics["train"]["num_examples"]) == sum(SIZES)
 
 
-def _estimate(process, state, data, states, subset):
-  new_state, new_states, _ = process.next(
-      state, [helpers.as_dataset(*data[i]) for i in subset], [states[i] for i in subset])
-  theta = [np.asarray(w) for w in state.body.trainable]
-  estimate = [(w - np.asarray(n)) / RHO for w, n in zip(theta, new_state.body.trainable)]
-  return estimate, {int(s["client_index"]): s["head"] for s in new_states}
-
-
 def test_fixed_participation_estimator_is_unbiased_over_all_subsets():
   sizes, num_classes = (4, 7, 9, 6), (2, 2, 3, 3)
   data = helpers.synthetic_clients(sizes, num_classes, seed=1)
   process = build(4, 2 / 4, local_steps=2, total_examples=sum(sizes))
   state = process.initialize()
   states = helpers.client_states(num_classes, MAX_CLASSES)
-  theta = [np.asarray(w) for w in state.body.trainable]
+  theta = [np.asarray(w) for w in state.model.trainable]
   exact, grad_heads, models = helpers.central_gradients(
       theta, [s["head"] for s in states], num_classes, data, presteps=1, lr=BETA)
 
@@ -78,7 +57,7 @@ def test_fixed_participation_estimator_is_unbiased_over_all_subsets():
   assert len(subsets) == 6
   estimates = []
   for subset in subsets:
-    estimate, heads = _estimate(process, state, data, states, subset)
+    estimate, heads = subset_estimate(process, state, data, states, subset)
     estimates.append(estimate)
     for i in subset:  # final head step: rho * (I/r) * alpha_i * grad_W l_i
       kernel = models[i].layers[-1].kernel.numpy()
@@ -97,7 +76,7 @@ def test_binomial_participation_estimator_is_unbiased():
   process = build(3, pi, local_steps=1, total_examples=sum(sizes))
   state = process.initialize()
   states = helpers.client_states(num_classes, MAX_CLASSES)
-  theta = [np.asarray(w) for w in state.body.trainable]
+  theta = [np.asarray(w) for w in state.model.trainable]
   exact, _, _ = helpers.central_gradients(theta, [s["head"] for s in states],
                                           num_classes, data)
   expectation = [np.zeros_like(g) for g in exact]
@@ -106,7 +85,7 @@ def test_binomial_participation_estimator_is_unbiased():
     if not subset:
       continue  # nobody reports: the estimate is 0
     p = pi ** len(subset) * (1 - pi) ** (3 - len(subset))
-    estimate, _ = _estimate(process, state, data, states, subset)
+    estimate, _ = subset_estimate(process, state, data, states, subset)
     expectation = [a + p * e for a, e in zip(expectation, estimate)]
   for got, g in zip(expectation, exact):
     np.testing.assert_allclose(got, g, atol=2e-5, rtol=1e-4)
@@ -117,7 +96,7 @@ def test_paper_code_head_step_drops_alpha():
   process = build(3, 1.0, 1, total_examples=sum(SIZES), head_step="paper_code")
   state = process.initialize()
   states = helpers.client_states(NUM_CLASSES, MAX_CLASSES)
-  theta = [np.asarray(w) for w in state.body.trainable]
+  theta = [np.asarray(w) for w in state.model.trainable]
   _, grad_heads, models = helpers.central_gradients(
       theta, [s["head"] for s in states], NUM_CLASSES, data)
   _, new_states, _ = process.next(state, [helpers.as_dataset(x, y) for x, y in data],
@@ -135,7 +114,7 @@ def test_server_adam_matches_keras_adam_over_rounds():
   process = build(3, 1.0, 1, optimizer="adam", total_examples=sum(SIZES))
   state = process.initialize()
   states = helpers.client_states(NUM_CLASSES, MAX_CLASSES)
-  theta = [tf.Variable(np.asarray(w)) for w in state.body.trainable]
+  theta = [tf.Variable(np.asarray(w)) for w in state.model.trainable]
   heads = [s["head"] for s in states]
   keras_adam = tf.keras.optimizers.legacy.Adam(learning_rate=RHO, beta_1=0.9,
                                                beta_2=0.999, epsilon=1e-7)
@@ -155,7 +134,7 @@ def test_server_adam_matches_keras_adam_over_rounds():
     # float32 summation-order noise of the gradients into a visible step difference:
     # allow it on at most 1% of entries; the semantics are pinned on identical
     # gradients below. A wrong beta, eps or bias correction moves entries by O(rho).
-    for got, want in zip(state.body.trainable, theta):
+    for got, want in zip(state.model.trainable, theta):
       np.testing.assert_allclose(got, want.numpy(), atol=1e-4)
       assert np.mean(np.abs(got - want.numpy()) < 1e-6) > 0.99
 
@@ -169,7 +148,7 @@ def test_server_optimizer_on_identical_gradients_is_keras_adam():
   """
   rng = np.random.default_rng(5)
   w = rng.normal(size=(3, 4)).astype(np.float32)
-  optimizer = common.build_server_optimizer("adam", RHO)
+  optimizer = server_optimizers.build_server_optimizer("adam", RHO)
   opt_state = optimizer.initialize([tf.TensorSpec((3, 4), tf.float32)])
   ours = [tf.constant(w)]
   legacy, new = tf.Variable(w), tf.Variable(w)
@@ -205,7 +184,7 @@ def test_head_steps_on_cached_features_equal_steps_recomputing_features():
   body = helpers.body_fn()
   head = helpers.client_states((3,), 3)[0]["head"]
   features = body(x)
-  cached = common.head_gradient_steps(features, tf.constant(y),
+  cached = pflego.head_gradient_steps(features, tf.constant(y),
                                       {k: tf.constant(v) for k, v in head.items()},
                                       tf.constant([True, True, True]), 5, BETA)
   recomputed = helpers.head_presteps([v.numpy() for v in body.trainable_variables],
@@ -231,8 +210,8 @@ def _loss(features, y, head, mask):
 
 def test_monotone_head_steps_equal_gd_when_gd_is_stable():
   features, y, head, mask = _head_setup(1.0)
-  gd = common.head_gradient_steps(features, y, head, mask, 10, 0.05, "gd")
-  mono = common.head_gradient_steps(features, y, head, mask, 10, 0.05, "monotone_gd")
+  gd = pflego.head_gradient_steps(features, y, head, mask, 10, 0.05, "gd")
+  mono = pflego.head_gradient_steps(features, y, head, mask, 10, 0.05, "monotone_gd")
   np.testing.assert_allclose(mono["kernel"], gd["kernel"], atol=1e-7)
   assert _loss(features, y, gd, mask) < _loss(features, y, head, mask)
 
@@ -242,9 +221,9 @@ def test_monotone_head_steps_never_increase_the_loss_when_gd_diverges():
   start = _loss(features, y, head, mask)
   losses_gd, losses_mono = [], []
   for steps in range(1, 12):
-    losses_gd.append(_loss(features, y, common.head_gradient_steps(
+    losses_gd.append(_loss(features, y, pflego.head_gradient_steps(
         features, y, head, mask, steps, 0.5, "gd"), mask))
-    losses_mono.append(_loss(features, y, common.head_gradient_steps(
+    losses_mono.append(_loss(features, y, pflego.head_gradient_steps(
         features, y, head, mask, steps, 0.5, "monotone_gd"), mask))
   assert max(losses_gd) > start  # plain GD oscillates upward here
   assert all(b <= a + 1e-6 for a, b in zip([start] + losses_mono, losses_mono))

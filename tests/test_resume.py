@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.test_processes import ENV, tiny_run
+from tests.helpers import ENV, tiny_run
 
 ROUNDS = 6
 TIMING_COLUMNS = {"wall_time_s", "round_time_s", "client_time_s", "client_compute_s",

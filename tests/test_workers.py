@@ -14,7 +14,7 @@ import portpicker
 import psutil
 import pytest
 
-from tests.test_processes import ENV, REPO, tiny_run
+from tests.helpers import ENV, REPO, tiny_run
 
 WORKER = [sys.executable, os.path.join(REPO, "binaries", "worker.py")]
 

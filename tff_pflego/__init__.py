@@ -7,18 +7,34 @@ See README.md for the full example. The names below load TensorFlow on first use
 importing a light module of the package (`tff_pflego.cli`) stays fast.
 """
 
+import atexit
 import importlib
+import sys
 from typing import Any
 
 _EXPORTS = {
-    "PflegoState": "tff_pflego.algorithms.pflego",
+    "ServerState": "tff_pflego.algorithms.api",
     "build_pflego_process": "tff_pflego.algorithms.pflego",
-    "initial_client_state": "tff_pflego.algorithms.common",
+    "initial_client_state": "tff_pflego.algorithms.model_types",
     "local_execution_context": "tff_pflego.runtime",
 }
 
 __all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
+
+
+def _release_tff_default_context() -> None:
+  """Drops TFF's default context while the interpreter is whole.
+
+  Left to interpreter teardown, its worker manager's `__del__` runs after the modules
+  it needs are gone and prints "Exception ignored ... 'NoneType' object has no
+  attribute 'Popen'".
+  """
+  if "tensorflow_federated" in sys.modules:
+    importlib.import_module("tff_pflego.runtime").forbid_implicit_workers()
+
+
+atexit.register(_release_tff_default_context)
 
 
 def __getattr__(name: str) -> Any:

@@ -13,64 +13,65 @@ import shutil
 from typing import Any, Optional
 
 from tff_pflego import config as config_lib
-from tff_pflego import export, runtime
-from tff_pflego.algorithms import AlgorithmConfig, build_algorithm
-from tff_pflego.algorithms.common import HEAD_OPTIMIZERS
-from tff_pflego.algorithms.pflego import HEAD_STEPS
+from tff_pflego import export, runtime, settings
+from tff_pflego.algorithms.api import AlgorithmConfig
+from tff_pflego.algorithms.registry import build_algorithm
 from tff_pflego.data import federated, load_federated_data, sources
 from tff_pflego.errors import UserError
 from tff_pflego.training import checkpoints, driver
 from tff_pflego.training.sampling import ClientSampler
 
-# The paper's Table 1 (Fashion-MNIST), as fractions, drawn on the plots for reference.
-# The paper's Table 1 (Fashion-MNIST, spec section 6), as fractions: drawn on the plots.
-_TABLE_1 = {"fedper": (96.14, 88.22, 77.44), "fedavg": (96.35, 87.51, 83.59),
-            "fedprox": (95.21, 87.44, 83.54), "ditto": (96.45, 89.30, 83.48),
-            "fedrep": (95.99, 89.10, 79.18), "fedbabu": (95.68, 88.00, 84.12),
-            "pflego": (96.34, 89.84, 81.49)}
-PAPER_ACCURACY = {("fashion_mnist", algorithm, degree): value / 100
-                  for algorithm, values in _TABLE_1.items()
-                  for degree, value in zip(("high", "medium", "none"), values)}
 RUN_FILES = ("metrics.csv", "rounds.csv", "summary.json", "clients.csv", "curves.png")
+
+
+def _setting(name: str):
+  """A field whose default is the setting's (`tff_pflego.settings`)."""
+  value = settings.default(name)
+  if isinstance(value, list):
+    return dataclasses.field(default_factory=lambda: tuple(settings.default(name)))
+  return dataclasses.field(default=value)
 
 
 @dataclasses.dataclass
 class ExperimentConfig:
-  """Flat settings of one run; None means the paper's value for the dataset/degree."""
-  dataset: str = "fashion_mnist"
-  algorithm: str = "pflego"
-  personalization: str = "high"
-  output_dir: str = "runs/default"
-  num_clients: Optional[int] = None
-  clients_per_round: Optional[int] = None
-  participation_prob: Optional[float] = None
-  rounds: Optional[int] = None
-  local_steps: Optional[int] = None
-  client_lr: Optional[float] = None
-  server_lr: Optional[float] = None
-  server_optimizer: Optional[str] = None
-  head_step: str = "exact"
-  head_optimizer: str = "monotone_gd"
-  seed: int = 0
-  eval_every: int = 1
-  eval_clients: Optional[int] = None  # None: every client; N: a fixed seeded sample
-  sampled_eval: bool = True
-  data_dir: str = sources.DEFAULT_DATA_DIR
-  raw_data_dir: str = sources.DEFAULT_RAW_DATA_DIR
-  overwrite: bool = False
-  progress: bool = True
-  dropout_prob: float = 0.0
-  checkpoint_every: int = 10
-  resume: Optional[bool] = None  # None: resume when output_dir holds a checkpoint
-  workers: tuple[str, ...] = ()  # host:port of TFF workers; () = a private local one
-  export_dir: Optional[str] = None
-  prox_mu: Optional[float] = None  # FedProx's / Ditto's mu
-  body_steps: int = 5  # FedRep's body-only steps; FedBabu's body steps
-  momentum: float = 0.9  # FedBabu's local momentum
+  """Flat settings of one run, one field per setting of `tff_pflego.settings` (same
+  name, same default; None means derived at run time, mostly the paper's value)."""
+  dataset: str = _setting("dataset")
+  algorithm: str = _setting("algorithm")
+  personalization: str = _setting("personalization")
+  output_dir: str = _setting("output_dir")
+  num_clients: Optional[int] = _setting("num_clients")
+  clients_per_round: Optional[int] = _setting("clients_per_round")
+  participation_prob: Optional[float] = _setting("participation_prob")
+  rounds: Optional[int] = _setting("rounds")
+  local_steps: Optional[int] = _setting("local_steps")
+  client_lr: Optional[float] = _setting("client_lr")
+  server_lr: Optional[float] = _setting("server_lr")
+  server_optimizer: Optional[str] = _setting("server_optimizer")
+  head_step: str = _setting("head_step")
+  head_optimizer: str = _setting("head_optimizer")
+  seed: int = _setting("seed")
+  eval_every: int = _setting("eval_every")
+  eval_clients: Optional[int] = _setting("eval_clients")
+  sampled_eval: bool = _setting("sampled_eval")
+  data_dir: str = _setting("data_dir")
+  raw_data_dir: str = _setting("raw_data_dir")
+  overwrite: bool = _setting("overwrite")
+  progress: bool = _setting("progress")
+  dropout_prob: float = _setting("dropout_prob")
+  checkpoint_every: int = _setting("checkpoint_every")
+  resume: Optional[bool] = _setting("resume")
+  workers: tuple[str, ...] = _setting("workers")
+  export_dir: Optional[str] = _setting("export_dir")
+  prox_mu: Optional[float] = _setting("prox_mu")
+  body_steps: int = _setting("body_steps")
+  momentum: float = _setting("momentum")
 
 
 def resolve(config: ExperimentConfig) -> ExperimentConfig:
   """Fills unset values with the paper's and checks every value; raises UserError."""
+  settings.check({f.name: getattr(config, f.name)
+                  for f in dataclasses.fields(config)})
   spec = sources.get_dataset_spec(config.dataset)
   defaults = config_lib.paper_defaults(config.dataset, config.algorithm,
                                        config.personalization)
@@ -82,38 +83,13 @@ def resolve(config: ExperimentConfig) -> ExperimentConfig:
   if c.clients_per_round is None and c.participation_prob is None:
     c.clients_per_round = max(1, round(c.num_clients * defaults.clients_per_round
                                        / defaults.num_clients))
-  _check(c.num_clients >= 1, f"--num_clients must be >= 1, got {c.num_clients}")
-  _check(c.rounds >= 1, f"--rounds must be >= 1, got {c.rounds}")
-  _check(c.local_steps >= 1, f"--local_steps must be >= 1, got {c.local_steps}")
-  _check(c.eval_every >= 1, f"--eval_every must be >= 1, got {c.eval_every}")
-  _check(c.eval_clients is None or 1 <= c.eval_clients <= c.num_clients,
+  # The ranges that depend on another setting.
+  _check(c.eval_clients is None or c.eval_clients <= c.num_clients,
          f"--eval_clients must be in 1..--num_clients={c.num_clients}, "
          f"got {c.eval_clients}")
-  _check(c.client_lr > 0, f"--client_lr must be > 0, got {c.client_lr}")
-  _check(c.server_lr > 0, f"--server_lr must be > 0, got {c.server_lr}")
-  _check(c.head_step in HEAD_STEPS,
-         f"--head_step must be one of {', '.join(HEAD_STEPS)}, got {c.head_step!r}")
-  _check(c.head_optimizer in HEAD_OPTIMIZERS,
-         f"--head_optimizer must be one of {', '.join(HEAD_OPTIMIZERS)}, "
-         f"got {c.head_optimizer!r}")
-  _check(c.server_optimizer in ("adam", "sgd"),
-         f"--server_optimizer must be adam or sgd, got {c.server_optimizer!r}")
-  _check(c.clients_per_round is None or c.participation_prob is None,
-         "give --clients_per_round or --participation_prob, not both")
-  if c.clients_per_round is not None:
-    _check(1 <= c.clients_per_round <= c.num_clients,
-           f"--clients_per_round must be in 1..--num_clients={c.num_clients}, "
-           f"got {c.clients_per_round}")
-  else:
-    _check(0 < c.participation_prob <= 1,
-           f"--participation_prob must be in (0, 1], got {c.participation_prob}")
-  _check(c.prox_mu >= 0, f"--prox_mu must be >= 0, got {c.prox_mu}")
-  _check(c.body_steps >= 1, f"--body_steps must be >= 1, got {c.body_steps}")
-  _check(0 <= c.momentum < 1, f"--momentum must be in [0, 1), got {c.momentum}")
-  _check(0 <= c.dropout_prob < 1,
-         f"--dropout_prob must be in [0, 1), got {c.dropout_prob}")
-  _check(c.checkpoint_every >= 0,
-         f"--checkpoint_every must be >= 0, got {c.checkpoint_every}")
+  _check(c.clients_per_round is None or c.clients_per_round <= c.num_clients,
+         f"--clients_per_round must be in 1..--num_clients={c.num_clients}, "
+         f"got {c.clients_per_round}")
   for address in c.workers:
     try:
       runtime.parse_address(address)
@@ -224,7 +200,7 @@ class Prepared:
 
 def training_settings(config: AlgorithmConfig) -> dict:
   """The settings training depends on (local evaluation only adds metrics)."""
-  return {k: v for k, v in dataclasses.asdict(config).items() if k != "local_evaluation"}
+  return {k: v for k, v in dataclasses.asdict(config).items() if k != "sampled_eval"}
 
 
 def training_algorithm(name: str, config: AlgorithmConfig, client_data=None):
@@ -232,7 +208,7 @@ def training_algorithm(name: str, config: AlgorithmConfig, client_data=None):
 
   With `client_data` (`FederatedData.client_data_computations`), `next` takes ids.
   """
-  return build_algorithm(name, dataclasses.replace(config, local_evaluation=False),
+  return build_algorithm(name, dataclasses.replace(config, sampled_eval=False),
                          client_data)
 
 
@@ -251,7 +227,7 @@ def prepare(c: ExperimentConfig) -> Prepared:
       client_lr=c.client_lr, server_lr=c.server_lr,
       server_optimizer=c.server_optimizer, head_step=c.head_step,
       head_optimizer=c.head_optimizer, seed=c.seed, prox_mu=c.prox_mu,
-      body_steps=c.body_steps, momentum=c.momentum, local_evaluation=c.sampled_eval)
+      body_steps=c.body_steps, momentum=c.momentum, sampled_eval=c.sampled_eval)
   fingerprint = dict(dataset=c.dataset, algorithm=c.algorithm,
                      personalization=c.personalization, num_clients=c.num_clients,
                      clients_per_round=c.clients_per_round,
@@ -280,7 +256,7 @@ def run_experiment(config: ExperimentConfig) -> dict:
       rounds=c.rounds, output_dir=c.output_dir, eval_every=c.eval_every,
       sampled_eval=c.sampled_eval, eval_clients=c.eval_clients, seed=c.seed,
       progress=c.progress, metadata=metadata,
-      reference_accuracy=PAPER_ACCURACY.get((c.dataset, c.algorithm, c.personalization)),
+      reference_accuracy=config_lib.PAPER_ACCURACY.get((c.dataset, c.algorithm, c.personalization)),
       checkpoint_every=c.checkpoint_every, resume=c.resume, fingerprint=p.fingerprint,
       settings=dataclasses.asdict(c) | dict(workers=list(c.workers)))
   _make_dir(c.output_dir, "--output_dir")  # only now: the run can start

@@ -26,7 +26,6 @@ From the newest checkpoint of a run (`export_run`), into `export_dir`:
 from __future__ import annotations
 
 import collections
-import json
 import os
 from typing import Any
 
@@ -34,8 +33,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_pflego.algorithms.common import assign_weights
-from tff_pflego.algorithms.registry import PersonalizedAlgorithm
+from tff_pflego import files
+from tff_pflego.algorithms.api import PersonalizedAlgorithm
+from tff_pflego.models import assign_weights
 from tff_pflego.data.federated import FederatedData
 from tff_pflego.errors import UserError
 from tff_pflego.models import heads as heads_lib
@@ -93,7 +93,7 @@ class _Body(tf.Module):
 def export_run(export_dir: str, algorithm: PersonalizedAlgorithm, run: RunState,
                data: FederatedData, source: dict[str, Any]) -> dict[str, str]:
   """Writes the artifacts of the module docstring; returns {artifact: path}."""
-  if "body" in algorithm.types.client_state:
+  if algorithm.personal_body:
     raise UserError(f"export of {algorithm.name}'s personal models (a body per client) "
                     "is not supported yet")
   os.makedirs(export_dir, exist_ok=True)
@@ -130,7 +130,7 @@ def export_run(export_dir: str, algorithm: PersonalizedAlgorithm, run: RunState,
     arrays[f"{client_id}/kernel"] = np.asarray(head["kernel"])[:, :k]
     arrays[f"{client_id}/bias"] = np.asarray(head["bias"])[:k]
   np.savez(paths["heads.npz"], **arrays)
-  _write_json(paths["heads.json"], table)
+  files.write_json(paths["heads.json"], table)
 
   personalized = _Personalized(body, kernels, biases, data.num_classes.astype(np.int32),
                                class_ids, image_shape)
@@ -149,14 +149,9 @@ def export_run(export_dir: str, algorithm: PersonalizedAlgorithm, run: RunState,
   with open(os.path.join(paths["tff"], "signatures.txt"), "w") as f:
     f.write("\n\n".join(signatures) + "\n")
 
-  _write_json(paths["export.json"], collections.OrderedDict(
+  files.write_json(paths["export.json"], collections.OrderedDict(
       source=source, round=run.round_num, algorithm=algorithm.name,
       image_shape=list(image_shape), feature_dim=algorithm.types.feature_dim,
       max_classes=max_classes, clients_with_heads=len(arrays) // 2,
       artifacts={k: os.path.basename(v) for k, v in paths.items()}))
   return paths
-
-
-def _write_json(path: str, value) -> None:
-  with open(path, "w") as f:
-    json.dump(value, f, indent=1)

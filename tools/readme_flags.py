@@ -44,7 +44,11 @@ def table() -> str:
   runtime.forbid_implicit_workers()  # TFF's default context would err at exit
   rows = ["| flag | default | what it sets |", "|---|---|---|"]
   for flag in sorted(flags.FLAGS.get_flags_for_module("train"), key=lambda f: f.name):
-    help_text = " ".join(flag.help.split()).replace("|", "\\|")
+    help_text = " ".join(flag.help.split())
+    choices = getattr(flag.parser, "enum_values", None)
+    if choices:  # absl's "<a|b|c>: " prefix, in words
+      help_text = help_text.split(">: ", 1)[-1] + f" One of: {', '.join(choices)}."
+    help_text = help_text.replace("|", "\\|")
     rows.append(f"| `--{flag.name}` | {_default(flag)} | {help_text} |")
   return "\n".join(rows + _ABSL_ROWS)
 

@@ -20,6 +20,7 @@ common --override_repository=rules_java=/usr/share/bazel/rules/java
 common --override_repository=rules_cc=$root/tools/bazel/rules_cc
 common --override_repository=remote_coverage_tools=$root/tools/bazel/remote_coverage_tools
 build --python_path=$root/.venv/bin/python
+test --test_env=TFF_PFLEGO_RAW_DATA=$(dirname "$root")/shared/datasets
 BAZELRC
 elif [ $# -gt 0 ]; then
   echo "usage: tools/setup.sh [--bazel]" >&2

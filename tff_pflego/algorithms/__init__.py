@@ -1,6 +1,6 @@
-"""Federated algorithms as TFF iterative processes, with what the driver needs of them."""
+"""Federated algorithms as TFF iterative processes: one module per algorithm.
 
-from tff_pflego.algorithms.registry import (ALGORITHMS, AlgorithmConfig,
-                                            PersonalizedAlgorithm, build_algorithm)
-
-__all__ = ["ALGORITHMS", "AlgorithmConfig", "PersonalizedAlgorithm", "build_algorithm"]
+`api` holds the interface (`AlgorithmConfig`, `PersonalizedAlgorithm`), `registry` the
+one mapping name -> `build`. Nothing is imported here, so that the data layer can use
+`api` without loading every algorithm.
+"""

@@ -8,27 +8,58 @@
     finalizer     model <- optimizer(model, step direction)
   -> (new state, new client states @CLIENTS, metrics {train @SERVER, clients @CLIENTS})
 
-The algorithms differ only in their parts (`pflego.py`, `averaging.py`).
+The algorithms differ only in their parts (`pflego.py`, `averaging.py`). As in
+`tff.learning.templates.compose_learning_process`, the parts' types are checked to fit
+before anything is composed (`check_stages_fit`).
 """
 
 from __future__ import annotations
 
 import collections
-import dataclasses
-from typing import Optional, Type
+from typing import Optional
 
 import numpy as np
 import tensorflow_federated as tff
 
+from tff_pflego.algorithms.api import ServerState
 
-@dataclasses.dataclass(frozen=True)
-class ClientDataComputations:
-  """How clients build their data from their ids: TFF computations client id -> data.
 
-  An algorithm's builder takes the one its client work reads.
+class StagesDoNotFit(TypeError):
+  """Two composed stages disagree on the type of what one hands the other."""
+
+
+def _require(consumer: str, expected: tff.types.Type, producer: str,
+             produced: tff.types.Type) -> None:
+  if not expected.is_assignable_from(produced):
+    raise StagesDoNotFit(f"{producer} produces {produced}, but {consumer} takes {expected}")
+
+
+def check_stages_fit(initial_model: tff.Computation, distributor, client_work,
+                     aggregator, finalizer) -> None:
+  """Raises `StagesDoNotFit` unless each stage takes what the previous one gives:
+
+    initial model -> distributor's value and finalizer's model,
+    distributor's result -> client work's model,
+    client work's `update` / `update_weight` -> aggregator's value / weight,
+    aggregator's result -> finalizer's update.
   """
-  train: tff.Computation  # -> the client's train dataset
-  train_and_test: tff.Computation  # -> OrderedDict(train=dataset, test=dataset)
+  model_type = initial_model.type_signature.result
+  distributor_in = distributor.next.type_signature.parameter[1].member
+  _require("the distributor", distributor_in, "the initial model", model_type)
+  work_model, _, _ = client_work.type_signature.parameter
+  _require("the client work", work_model, "the distributor",
+           distributor.next.type_signature.result.result.member)
+  work_out = client_work.type_signature.result
+  aggregator_value, aggregator_weight = (
+      t.member for t in aggregator.next.type_signature.parameter[1:])
+  _require("the aggregator", aggregator_value, "the client work's update", work_out.update)
+  _require("the aggregator's weight", aggregator_weight, "the client work's update_weight",
+           work_out.update_weight)
+  finalizer_model, finalizer_update = (
+      t.member for t in finalizer.next.type_signature.parameter[1:])
+  _require("the finalizer", finalizer_model, "the initial model", model_type)
+  _require("the finalizer's update", finalizer_update, "the aggregator",
+           aggregator.next.type_signature.result.result.member)
 
 
 def with_client_data(client_work: tff.Computation,
@@ -57,25 +88,26 @@ def with_client_data(client_work: tff.Computation,
   return client_work_from_id
 
 
-def compose_process(state_cls: Type, initial_model: tff.Computation, distributor,
+def compose_process(initial_model: tff.Computation, distributor,
                     client_work: tff.Computation, aggregator, finalizer,
                     dataset_type, client_state_type,
                     client_data: Optional[tff.Computation] = None
                     ) -> tff.templates.IterativeProcess:
   """The process of the module docstring.
 
-  `state_cls` is a NamedTuple (model, distributor, aggregator, finalizer, round_num);
-  `aggregator.next` must report the `rejected_updates` measurement. With
+  The state is an `api.ServerState`; `aggregator.next` must report the
+  `rejected_updates` measurement. With
   `client_data` (client id -> data), `next` takes client ids instead of data and
   each client builds its data inside its client work (`with_client_data`).
   """
+  check_stages_fit(initial_model, distributor, client_work, aggregator, finalizer)
   if client_data is not None:
     client_work = with_client_data(client_work, client_data)
     dataset_type = client_data.type_signature.parameter
 
   @tff.federated_computation
   def initialize():
-    return tff.federated_zip(state_cls(
+    return tff.federated_zip(ServerState(
         tff.federated_eval(initial_model, tff.SERVER), distributor.initialize(),
         aggregator.initialize(), finalizer.initialize(),
         tff.federated_value(np.int32(0), tff.SERVER)))
@@ -88,13 +120,12 @@ def compose_process(state_cls: Type, initial_model: tff.Computation, distributor
                              tff.FederatedType(dataset_type, tff.CLIENTS),
                              tff.FederatedType(client_state_type, tff.CLIENTS))
   def next_fn(state, client_data, client_states):
-    model = state[0]
-    distributed = distributor.next(state.distributor, model)
+    distributed = distributor.next(state.distributor, state.model)
     outputs = tff.federated_map(client_work,
                                 (distributed.result, client_data, client_states))
     aggregated = aggregator.next(state.aggregator, outputs.update, outputs.update_weight)
-    finalized = finalizer.next(state.finalizer, model, aggregated.result)
-    new_state = tff.federated_zip(state_cls(
+    finalized = finalizer.next(state.finalizer, state.model, aggregated.result)
+    new_state = tff.federated_zip(ServerState(
         finalized.result, distributed.state, aggregated.state, finalized.state,
         tff.federated_map(increment, state.round_num)))
     train_metrics = tff.federated_zip(collections.OrderedDict(
@@ -116,7 +147,7 @@ def compose_with_client_ids(dataset_computation: tff.Computation,
   """`next(state, client_ids, client_states)`: each client builds its data from its id.
 
   Like `tff.simulation.compose_dataset_computation_with_iterative_process`, for any
-  client data type (that one takes a single dataset; `local_evaluation` processes take
+  client data type (that one takes a single dataset; `evaluates_in_round` processes take
   OrderedDict(train=..., test=...)).
   """
   state_type, data_type, client_states_type = process.next.type_signature.parameter

@@ -24,11 +24,12 @@ import dataclasses
 from typing import Callable, Sequence
 
 import tensorflow as tf
+import tensorflow_federated as tff
 
-from tff_pflego.algorithms import common
+from tff_pflego.algorithms import instrumentation
 from tff_pflego.models import heads
 
-PARTS = ("head", "body", "both")
+PARTS = ("head", "body", "both")  # and "none", for the variables a client shares
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,31 +49,35 @@ class LocalPhase:
 
 def gradient_descent(loss_fn: Callable[[], tf.Tensor], variables: Sequence[tf.Variable],
                      steps: int, lr: float, momentum: float = 0.0) -> None:
-  """`steps` full-batch GD (heavy-ball) steps on `variables`, in a `tf.while_loop`."""
+  """`steps` full-batch steps of `tff.learning.optimizers.build_sgdm` (heavy ball:
+  m <- momentum m + g, v <- v - lr m; plain GD when momentum is 0) on `variables`,
+  in a `tf.while_loop`."""
   if steps == 0 or not variables:
     return
   variables = list(variables)
+  optimizer = tff.learning.optimizers.build_sgdm(learning_rate=lr,
+                                                 momentum=momentum or None)
+  initial = optimizer.initialize([tf.TensorSpec(v.shape, v.dtype) for v in variables])
 
-  def step(i, *velocity):
+  def step(i, state):
     # Only the trained variables are watched: a head-only step records no body ops, so
     # it runs (and counts) no body backward pass.
     with tf.GradientTape(watch_accessed_variables=False) as tape:
       tape.watch(variables)
       loss = loss_fn()
     grads = tape.gradient(loss, variables)
-    velocity = [momentum * m + g for m, g in zip(velocity, grads)]
-    updates = [v.assign_sub(lr * m) for v, m in zip(variables, velocity)]
+    state, new_values = optimizer.next(state, [v.read_value() for v in variables], grads)
+    updates = [v.assign(w) for v, w in zip(variables, new_values)]
     with tf.control_dependencies(updates):
-      return (i + 1, *[tf.identity(m) for m in velocity])
+      return i + 1, tf.nest.map_structure(tf.identity, state)
 
-  tf.while_loop(lambda i, *_: i < steps, step,
-                (tf.constant(0), *[tf.zeros_like(v) for v in variables]))
+  tf.while_loop(lambda i, _: i < steps, step, (tf.constant(0), initial))
 
 
 class LocalModel(tf.Module):
   """A client's body and head as variables, with the local objective F."""
 
-  def __init__(self, body: tf.keras.Model, counter: common.BodyPassCounter,
+  def __init__(self, body: tf.keras.Model, counter: instrumentation.BodyPassCounter,
                feature_dim: int, max_classes: int):
     super().__init__(name="local_model")
     self.body = body
@@ -91,6 +96,8 @@ class LocalModel(tf.Module):
 
   def variables_of(self, part: str) -> list[tf.Variable]:
     head = [self.kernel, self.bias]
+    if part == "none":
+      return []
     if part == "head":
       return head
     if part == "body":

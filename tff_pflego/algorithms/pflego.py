@@ -26,28 +26,87 @@ Heads are CLIENTS-placed inputs and outputs of `next`; they never reach the serv
 from __future__ import annotations
 
 import collections
-from typing import NamedTuple, Optional, Union
+import functools
+from typing import Optional, Union
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_pflego import aggregators
-from tff_pflego.algorithms import common, composition
-from tff_pflego.models import heads
+from tff_pflego.algorithms import composition, instrumentation, server_optimizers
+from tff_pflego.algorithms.api import (AlgorithmConfig, ClientDataComputations,
+                                       PersonalizedAlgorithm, ServerState)
+from tff_pflego.algorithms.model_types import (BodyFn, ModelTypes, initial_client_state,
+                                               model_types)
+from tff_pflego.models import assign_weights, heads
 
 HEAD_STEPS = ("exact", "paper_code")
+HEAD_OPTIMIZERS = ("gd", "monotone_gd")
 
 
-class PflegoState(NamedTuple):
-  """Server state: body weights, the composed parts' states and the round number."""
-  body: tff.learning.models.ModelWeights
-  distributor: object
-  aggregator: object
-  finalizer: object
-  round_num: object
+def head_gradient_steps(features: tf.Tensor, labels: tf.Tensor, head, mask: tf.Tensor,
+                        num_steps: int, learning_rate: float, optimizer: str = "gd"):
+  """`num_steps` full-batch steps on the head alone, on cached features (no body pass).
+
+  gd:          W <- W - lr grad_W l_i(W; Phi_i).
+  monotone_gd: the same step, accepted only if l_i does not increase; otherwise W stays
+               and lr is halved for the remaining steps. l_i never increases (the spec
+               allows any head optimizer that does not increase l_i); with lr < 2/L it
+               takes exactly gd's steps, at the same cost (one head loss and gradient
+               per step).
+  """
+  if optimizer not in HEAD_OPTIMIZERS:
+    raise ValueError(f"head optimizer must be one of {HEAD_OPTIMIZERS}, got {optimizer!r}")
+  # The loop works on the transposed head V = W^T [K, M] and features Phi^T [M, N]:
+  # Z^T = V Phi^T + b and grad_V = (P - Y)^T Phi / N, the softmax cross-entropy
+  # gradient in closed form (no tape per step). Products with K rows run ~2.5x faster
+  # on CPU than the [N, M] x [M, K] layout (K is 2..K_max).
+  features_t = tf.transpose(features)
+  n = tf.cast(tf.shape(features)[0], tf.float32)
+  onehot_t = tf.transpose(tf.one_hot(labels, tf.shape(mask)[0]))
+  mask_t = mask[:, tf.newaxis]
+
+  def loss_and_grads(kernel_t, bias):
+    logits_t = tf.matmul(kernel_t, features_t) + bias[:, tf.newaxis]
+    logits_t = tf.where(mask_t, logits_t, tf.constant(heads.MASKED_LOGIT, tf.float32))
+    log_probs_t = tf.nn.log_softmax(logits_t, axis=0)
+    loss = -tf.reduce_sum(onehot_t * log_probs_t) / n
+    error_t = (tf.exp(log_probs_t) - onehot_t) / n
+    return loss, tf.matmul(error_t, features), tf.reduce_sum(error_t, axis=1)
+
+  def gd_step(i, kernel, bias):
+    _, g_kernel, g_bias = loss_and_grads(kernel, bias)
+    return i + 1, kernel - learning_rate * g_kernel, bias - learning_rate * g_bias
+
+  def monotone_step(i, kernel, bias, lr, loss, g_kernel, g_bias):
+    # The candidate's loss and gradient are computed together, so an accepted step
+    # hands them to the next one: one head forward + backward per step, as for gd.
+    new_kernel, new_bias = kernel - lr * g_kernel, bias - lr * g_bias
+    new_loss, new_g_kernel, new_g_bias = loss_and_grads(new_kernel, new_bias)
+    accept = new_loss <= loss
+    pick = lambda new, old: tf.where(accept, new, old)
+    return (i + 1, pick(new_kernel, kernel), pick(new_bias, bias), pick(lr, lr / 2),
+            pick(new_loss, loss), pick(new_g_kernel, g_kernel), pick(new_g_bias, g_bias))
+
+  # XLA fuses each step's small ops (2.6x faster again in the TFF worker, 2 cores).
+  @tf.function(jit_compile=True)
+  def loop(kernel, bias):
+    start = (tf.constant(0), kernel, bias)
+    if optimizer == "gd":
+      _, kernel, bias = tf.while_loop(lambda i, *_: i < num_steps, gd_step, start)
+    else:
+      first = loss_and_grads(kernel, bias)
+      _, kernel, bias, *_ = tf.while_loop(
+          lambda i, *_: i < num_steps, monotone_step,
+          start + (tf.constant(learning_rate, tf.float32),) + first)
+    return kernel, bias
+
+  kernel, bias = loop(tf.transpose(tf.convert_to_tensor(head["kernel"], tf.float32)),
+                      tf.convert_to_tensor(head["bias"], tf.float32))
+  return collections.OrderedDict(kernel=tf.transpose(kernel), bias=bias)
 
 
-def make_client_update(body: tf.keras.Model, counter: common.BodyPassCounter, *,
+def make_client_update(body: tf.keras.Model, counter: instrumentation.BodyPassCounter, *,
                        max_classes: int, local_steps: int, client_lr: float,
                        server_lr: float, participation_prob: float,
                        total_examples: int, head_step: str = "exact",
@@ -61,15 +120,15 @@ def make_client_update(body: tf.keras.Model, counter: common.BodyPassCounter, *,
   head_scale = server_lr / participation_prob
 
   def update(weights, dataset, client_state):
-    common.assign_weights(body, weights)
+    assign_weights(body, weights)
     timing = {}
-    batch = common.load_full_batch(dataset, timing)
+    batch = instrumentation.load_full_batch(dataset, timing)
     x, y = batch["x"], batch["y"]
     num_examples = tf.cast(tf.shape(y)[0], tf.float32)
     mask = heads.class_mask(client_state["num_classes"], max_classes)
 
     cached_features = counter.counted_call(body, x)
-    head = common.head_gradient_steps(cached_features, y, client_state["head"], mask,
+    head = head_gradient_steps(cached_features, y, client_state["head"], mask,
                                       local_steps - 1, client_lr, head_optimizer)
     with tf.GradientTape() as tape:
       tape.watch(head)
@@ -91,26 +150,26 @@ def make_client_update(body: tf.keras.Model, counter: common.BodyPassCounter, *,
   return update
 
 
-def build_pflego_client_work(body_fn: common.BodyFn, types: common.ModelTypes,
+def build_client_work(body_fn: BodyFn, types: ModelTypes,
                              **hparams) -> tff.Computation:
   """The client computation (body weights, dataset, client state) -> client output."""
 
   @tff.tensorflow.computation(types.weights, types.dataset, types.client_state)
   def client_work(weights, dataset, client_state):
-    counter = common.BodyPassCounter()
+    counter = instrumentation.BodyPassCounter()
     update = make_client_update(body_fn(), counter, max_classes=types.max_classes,
                                 **hparams)
-    return tf.function(common.timed(update))(weights, dataset, client_state)
+    return tf.function(instrumentation.timed(update))(weights, dataset, client_state)
 
   return client_work
 
 
 def build_pflego_process(
-    body_fn: common.BodyFn, *, image_shape: tuple, max_classes: int,
+    body_fn: BodyFn, *, image_shape: tuple, max_classes: int,
     total_examples: int, participation_prob: float, local_steps: int,
     client_lr: float, server_lr: float,
-    server_optimizer: Union[str, tff.learning.optimizers.Optimizer] = "adam",
-    head_step: str = "exact", head_optimizer: str = "gd",
+    server_optimizer: Union[str, tff.learning.optimizers.Optimizer],
+    head_step: str, head_optimizer: str,
     client_data: Optional[tff.Computation] = None
 ) -> tff.templates.IterativeProcess:
   """Builds PFLEGO as a `tff.templates.IterativeProcess` (see the module docstring).
@@ -124,19 +183,19 @@ def build_pflego_process(
     local_steps: tau >= 1; tau - 1 head-only steps precede the joint gradient.
     client_lr: beta, the head-only step size.
     server_lr: rho, the server (and final head) step size.
-    server_optimizer: "adam", "sgd" or a `tff.learning.optimizers.Optimizer`.
+    server_optimizer: a name in `server_optimizers.NAMES` or a `tff.learning.optimizers.Optimizer`.
     head_step: "exact" (rho/q * alpha_i, eq. 5) or "paper_code" (rho/q, eq. 3).
     head_optimizer: "gd" or "monotone_gd" for the tau - 1 head-only steps
-      (`common.head_gradient_steps`).
+      (`head_gradient_steps`).
     client_data: optional TFF computation client id -> `{x, y}` dataset; given, `next`
       takes client ids and each client reads its data inside its own computation
       (`composition.with_client_data`).
 
   Returns:
-    A process with `initialize() -> PflegoState@SERVER` and
+    A process with `initialize() -> ServerState@SERVER` and
     `next(state, client_data, client_states) -> (state, client_states, metrics)`, where
     `client_data` are `{x, y}` datasets and `client_states` the clients' heads
-    (`common.initial_client_state`), both CLIENTS-placed; `metrics` holds `train`
+    (`model_types.initial_client_state`), both CLIENTS-placed; `metrics` holds `train`
     (aggregates @SERVER) and `clients` (per-client loss, accuracy and body pass
     counts @CLIENTS, each with its `client_index`).
   """
@@ -144,12 +203,13 @@ def build_pflego_process(
     raise ValueError(f"local_steps must be >= 1, got {local_steps}")
   if not 0 < participation_prob <= 1:
     raise ValueError(f"participation_prob must be in (0, 1], got {participation_prob}")
-  types = common.model_types(body_fn, image_shape, max_classes)
+  types = model_types(body_fn, image_shape, max_classes)
   if isinstance(server_optimizer, str):
-    server_optimizer = common.build_server_optimizer(server_optimizer, server_lr)
+    server_optimizer = server_optimizers.build_server_optimizer(server_optimizer,
+                                                                server_lr)
 
   distributor = tff.learning.templates.build_broadcast_process(types.weights)
-  client_work = build_pflego_client_work(
+  client_work = build_client_work(
       body_fn, types, local_steps=local_steps, client_lr=client_lr,
       server_lr=server_lr, participation_prob=participation_prob,
       total_examples=total_examples, head_step=head_step, head_optimizer=head_optimizer)
@@ -162,11 +222,34 @@ def build_pflego_process(
   def initial_body():
     return tff.learning.models.ModelWeights.from_model(body_fn())
 
-  return composition.compose_process(PflegoState, initial_body, distributor, client_work,
+  return composition.compose_process(initial_body, distributor, client_work,
                                     aggregator, finalizer, types.dataset,
                                     types.client_state, client_data)
 
 
-def body_weights(state: PflegoState) -> tff.learning.models.ModelWeights:
+def body_weights(state: ServerState) -> tff.learning.models.ModelWeights:
   """The body weights held in a server state returned by `initialize` or `next`."""
-  return state.body
+  return state.model
+
+
+def build(config: AlgorithmConfig,
+          client_data: Optional[ClientDataComputations] = None) -> PersonalizedAlgorithm:
+  """PFLEGO from its configuration (`api.Builder`)."""
+  body_fn = config.body_fn()
+  types = model_types(body_fn, config.image_shape, config.max_classes)
+  process = build_pflego_process(
+      body_fn, image_shape=config.image_shape, max_classes=config.max_classes,
+      total_examples=config.total_examples,
+      participation_prob=config.participation_prob, local_steps=config.local_steps,
+      client_lr=config.client_lr, server_lr=config.server_lr,
+      server_optimizer=config.server_optimizer, head_step=config.head_step,
+      head_optimizer=config.head_optimizer,
+      client_data=client_data and client_data.train)
+  return PersonalizedAlgorithm(
+      name="pflego", process=process, body_fn=body_fn, types=types,
+      body_weights=body_weights,
+      initial_client_state=functools.partial(
+          initial_client_state, feature_dim=types.feature_dim,
+          max_classes=types.max_classes, seed=config.seed),
+      broadcast_type=types.weights, update_type=types.weights.trainable,
+      takes_client_ids=client_data is not None)

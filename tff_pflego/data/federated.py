@@ -25,14 +25,15 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 import tensorflow_federated as tff
 
-from tff_pflego.algorithms import composition
+from tff_pflego import files
+from tff_pflego.data.client_data import ClientDataComputations
 from tff_pflego.data import partition as partition_lib
 from tff_pflego.data import provenance, sources
 from tff_pflego.errors import UserError
 
 # Records are batched as uint8 and converted per batch: converting per example before a
 # large batch is ~30x slower. Clients with more examples get several batches, which
-# `common.full_batch` concatenates.
+# `batching.full_batch` concatenates.
 BATCH_SIZE = 4096
 PARTS = ("train", "test")
 
@@ -118,10 +119,6 @@ class FederatedData:
     return np.array([len(i) for i in self.partition.train_indices], np.int64)
 
   @property
-  def num_test_examples(self) -> np.ndarray:
-    return np.array([len(i) for i in self.partition.test_indices], np.int64)
-
-  @property
   def num_classes(self) -> np.ndarray:
     """K_i for every client."""
     return np.array([len(c) for c in self.partition.class_sets], np.int64)
@@ -131,7 +128,7 @@ class FederatedData:
     """A TFF computation: client id -> OrderedDict(train=dataset, test=dataset).
 
     For processes that evaluate each client's local model on its test data right after
-    its update, inside the round (`local_evaluation`).
+    its update, inside the round (`PersonalizedAlgorithm.evaluates_in_round`).
     """
     train_fn, test_fn = self.train.serializable_dataset_fn, self.test.serializable_dataset_fn
 
@@ -142,9 +139,9 @@ class FederatedData:
     return train_and_test
 
   @property
-  def client_data_computations(self) -> composition.ClientDataComputations:
+  def client_data_computations(self) -> ClientDataComputations:
     """client id -> data computations, for processes whose `next` takes client ids."""
-    return composition.ClientDataComputations(self.train.dataset_computation,
+    return ClientDataComputations(self.train.dataset_computation,
                                               self.train_and_test_computation)
 
   def client_arrays(self, index: int, part: str = "train") -> tuple[np.ndarray, np.ndarray]:
@@ -267,10 +264,7 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
     provenance.write_record(builder.data_dir, dict(
         partition_fingerprint=manifest["partition_fingerprint"]))
     os.makedirs(os.path.dirname(manifest_path), exist_ok=True)
-    tmp = manifest_path + ".tmp"
-    with open(tmp, "w") as f:
-      json.dump(manifest, f)
-    os.replace(tmp, manifest_path)
+    files.write_json(manifest_path, manifest)
 
   _check_client_files(builder, manifest_path)
   ids = [client_id(i) for i in range(partition.num_clients)]

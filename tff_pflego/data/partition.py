@@ -19,7 +19,6 @@ Everything is a deterministic function of the labels and the seed.
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Sequence
 
 import numpy as np
@@ -59,10 +58,6 @@ class ClientPartition:
   def num_clients(self) -> int:
     return len(self.class_sets)
 
-  @property
-  def max_classes(self) -> int:
-    return max(len(c) for c in self.class_sets)
-
   def local_labels(self, client: int, global_labels: np.ndarray) -> np.ndarray:
     """Maps global labels of client `client`'s examples to 0..K_i-1."""
     positions = np.searchsorted(self.class_sets[client], global_labels)
@@ -92,10 +87,6 @@ class ClientPartition:
     return cls(class_sets=as_array("classes"), train_indices=as_array("train_indices"),
                test_indices=as_array("test_indices"),
                train_source=manifest["train_source"], test_source=manifest["test_source"])
-
-  def dumps(self) -> str:
-    return json.dumps(self.to_json())
-
 
 def assign_class_sets(num_classes: int, num_clients: int, k: int,
                       rng: np.random.Generator) -> list[np.ndarray]:

@@ -21,6 +21,8 @@ from typing import Any, Iterable, Mapping, Optional
 
 import numpy as np
 
+from tff_pflego import files
+
 RECORD_FILE = "tff_pflego_provenance.json"
 _CHUNK = 1 << 20
 
@@ -76,8 +78,4 @@ def read_record(directory: str) -> Optional[dict]:
 
 
 def write_record(directory: str, record: Mapping[str, Any]) -> None:
-  path = os.path.join(directory, RECORD_FILE)
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(record, f, indent=1, sort_keys=True)
-  os.replace(tmp, path)
+  files.write_json(os.path.join(directory, RECORD_FILE), dict(sorted(record.items())))

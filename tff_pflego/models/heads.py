@@ -17,10 +17,6 @@ import tensorflow as tf
 MASKED_LOGIT = -1e9
 
 
-def build_head(num_classes: int, name: str = "head") -> tf.keras.layers.Dense:
-  return tf.keras.layers.Dense(num_classes, name=name)
-
-
 def initial_head(feature_dim: int, max_classes: int, rng: np.random.Generator
                  ) -> collections.OrderedDict:
   """PyTorch's Linear default, U(+-1/sqrt(M)) for kernel and bias (see models.bodies)."""

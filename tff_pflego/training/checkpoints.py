@@ -92,22 +92,21 @@ class CheckpointManager:
     asyncio.run(self._manager.save(self._program_state(run), run.round_num))
 
   def load_latest(self) -> RunState:
-    round_num = self.latest_round()
-    if round_num is None:
-      raise CheckpointError(f"no checkpoint in {self.root_dir}")
-    return self.load(round_num)
-
-  def load(self, round_num: int) -> RunState:
-    path = os.path.join(self.root_dir, f"{PREFIX}{round_num}")
-    template = self._program_state(RunState(round_num, self._server_template, {}, {}))
+    """The newest checkpoint (`FileProgramStateManager.load_latest`), checked to belong
+    to this run."""
+    template = self._program_state(RunState(0, self._server_template, {}, {}))
     try:
-      raw = asyncio.run(self._manager.load(round_num, template))
+      raw, round_num = asyncio.run(self._manager.load_latest(template))
     except Exception as e:  # pylint: disable=broad-except
+      path = os.path.join(self.root_dir, f"{PREFIX}{self.latest_round()}")
       raise CheckpointError(
           f"checkpoint {path} cannot be read ({type(e).__name__}: "
           f"{str(e).splitlines()[0] if str(e) else ''}); it is corrupted or was written "
           "by another model: move it away to resume from an older one, or start afresh "
           "with --noresume --overwrite") from e
+    if raw is None:
+      raise CheckpointError(f"no checkpoint in {self.root_dir}")
+    path = os.path.join(self.root_dir, f"{PREFIX}{round_num}")
     self._check_compatible(raw, template, path)
     clients = raw["clients"]
     client_states = {}

@@ -18,7 +18,7 @@ Two evaluation protocols are reported:
   `test_accuracy_sampled_pooled`. The local model is PFLEGO's new head on the body it
   trained with (evaluated here from the states), and for the averaging baselines the
   client's locally trained model (evaluated by the client inside the round,
-  `local_evaluation`).
+  `evaluates_in_round`).
 `summary.json["final"]` holds each metric's mean over the last 10 evaluations (rounds,
 for the sampled protocol), as the paper's tables do.
 """
@@ -35,9 +35,9 @@ import numpy as np
 import tensorflow_federated as tff
 import tqdm
 
-from tff_pflego import runtime
+from tff_pflego import files, runtime
 from tff_pflego.algorithms import composition
-from tff_pflego.algorithms.registry import PersonalizedAlgorithm
+from tff_pflego.algorithms.api import PersonalizedAlgorithm
 from tff_pflego.data.federated import FederatedData
 from tff_pflego.errors import UserError
 from tff_pflego.training import curves, evaluation, ledger, outputs
@@ -78,45 +78,19 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
   the last one, and when the loop is left by an exception or a stop signal, the state
   after the last completed round is checkpointed, so no finished round is lost.
   """
-  if algorithm.takes_client_ids:
-    process = algorithm.process
-  elif algorithm.local_evaluation:
-    process = composition.compose_with_client_ids(data.train_and_test_computation,
-                                                  algorithm.process)
-  else:
-    process = tff.simulation.compose_dataset_computation_with_iterative_process(
-        data.train.dataset_computation, algorithm.process)
-  evaluate = _build_evaluation(algorithm, data)
-  num_classes = data.num_classes
-  store = ClientStateStore(lambda i: algorithm.initial_client_state(i, num_classes[i]))
+  process = _process_on_client_ids(algorithm, data)
+  store = ClientStateStore(lambda i: algorithm.initial_client_state(i, data.num_classes[i]))
+  evaluate_clients = _client_evaluation(algorithm, data, store)
   evaluated = evaluation.evaluation_sample(data.num_clients, config.eval_clients,
                                            config.seed)
-
-  def evaluate_clients(server_state, indices) -> dict[str, np.ndarray]:
-    states = algorithm.evaluation_states(server_state, store.get(indices))
-    return evaluate(algorithm.body_weights(server_state), np.asarray(indices), states)
-
   traffic = ledger.traffic_per_client(algorithm.broadcast_type, algorithm.update_type)
   initial_state = process.initialize()
   checkpoints = checkpoint_manager(algorithm, data, config.output_dir, config.fingerprint,
                                    initial_state)
-  committed = RunState(0, initial_state, {}, sampler.state)
-  resumed = config.resume and checkpoints.latest_round() is not None
-  if resumed:
-    committed = checkpoints.load_latest()
-    if committed.round_num > config.rounds:
-      raise UserError(f"the checkpoint in {checkpoints.root_dir} is at round "
-                      f"{committed.round_num}, past --rounds={config.rounds}")
-    store.restore(committed.client_states)
-    sampler.set_state(committed.sampler_state)
-    if committed.round_num == config.rounds:
-      print(f"run already complete ({config.rounds} rounds) in {config.output_dir}: "
-            "nothing to do; --overwrite to start again", flush=True)
-    else:
-      print(f"resuming from round {committed.round_num} of {config.rounds}", flush=True)
+  committed, resumed = _starting_point(checkpoints, initial_state, store, sampler, config)
   state = committed.server_state
   # Only now, with the checkpoint accepted, does the run touch its directory.
-  outputs.write_json(os.path.join(config.output_dir, CONFIG_FILE), config.settings)
+  files.write_json(os.path.join(config.output_dir, CONFIG_FILE), config.settings)
   releaser = RunReleaser(config.output_dir, committed.round_num if resumed else None)
   saved_round = committed.round_num if resumed else None
   start = time.monotonic() - committed.elapsed_s
@@ -130,31 +104,10 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
     for round_num in bar:
       runtime.raise_if_stopped()
       if round_num > 0:
-        reporting = sampler.sample()
-        trained_with = state
-        t0 = time.monotonic()
-        if len(reporting):
-          ids = [data.client_ids[i] for i in reporting]
-          state, client_states, metrics = process.next(state, ids, store.get(reporting))
-          refused = store.update(client_states, reporting)
-        else:
-          metrics, refused = None, 0
-          logging.warning("round %d: no client reported; the body is unchanged",
-                          round_num)
-        row = _round_row(round_num, time.monotonic() - t0, metrics,
-                         len(sampler.last_selected), refused) | traffic
-        if row["rejected_updates"] or refused:
-          logging.warning("round %d: rejected %d non-finite client updates",
-                          round_num, row["rejected_updates"])
-        if algorithm.local_evaluation and len(reporting):
-          row["test_accuracy_sampled_pooled"] = evaluation.pooled_test_accuracy(
-              evaluation.per_client_table(metrics["clients"]))
-        elif config.sampled_eval and len(reporting):
-          row["test_accuracy_sampled_pooled"] = evaluation.pooled_test_accuracy(
-              evaluate_clients(trained_with, reporting))
-        releaser.release_round(round_num, row)
-      if (round_num % config.eval_every == 0
-          or round_num > config.rounds - FINAL_WINDOW):  # `final` = last 10 rounds
+        state, row = _run_round(round_num, state, process, algorithm, data, sampler,
+                                store, evaluate_clients, config.sampled_eval)
+        releaser.release_round(round_num, row | traffic)
+      if _evaluates(round_num, config):
         table = evaluate_clients(state, evaluated)
         runtime.raise_if_stopped()
         summary = evaluation.summarize(table, population=data.num_clients)
@@ -164,19 +117,11 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
                         loss=f"{summary['train_loss']:.4f}")
       committed = RunState(round_num, state, store.snapshot(), sampler.state,
                            time.monotonic() - start)
-      if round_num == config.rounds or (config.checkpoint_every and round_num > 0
-                                        and round_num % config.checkpoint_every == 0):
+      if _checkpoints(round_num, config):
         checkpoints.save(committed)
         saved_round = round_num
   except BaseException:
-    if committed.round_num != saved_round and committed.round_num > 0:
-      try:  # keep every completed round: the run can be resumed from here
-        checkpoints.save(committed)
-        logging.warning("checkpoint of round %d saved in %s", committed.round_num,
-                        checkpoints.root_dir)
-      except Exception:  # pylint: disable=broad-except
-        logging.exception("could not save the checkpoint of round %d",
-                          committed.round_num)
+    _save_unsaved(checkpoints, committed, saved_round)
     raise
   finally:
     bar.close()
@@ -185,9 +130,106 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
 
   history, rounds = read_rows(releaser.metrics_path), read_rows(releaser.rounds_path)
   summary = _summary(config, history, rounds, time.monotonic() - start, data, len(store))
-  outputs.write_json(os.path.join(config.output_dir, curves.SUMMARY_FILE), summary)
+  files.write_json(os.path.join(config.output_dir, curves.SUMMARY_FILE), summary)
   curves.plot_run(config.output_dir)
   return summary
+
+
+def _process_on_client_ids(algorithm: PersonalizedAlgorithm, data: FederatedData):
+  """The algorithm's process with `next(state, client ids, client states)`."""
+  if algorithm.takes_client_ids:
+    return algorithm.process
+  if algorithm.evaluates_in_round:
+    return composition.compose_with_client_ids(data.train_and_test_computation,
+                                               algorithm.process)
+  return tff.simulation.compose_dataset_computation_with_iterative_process(
+      data.train.dataset_computation, algorithm.process)
+
+
+def _client_evaluation(algorithm: PersonalizedAlgorithm, data: FederatedData,
+                       store: ClientStateStore):
+  """(server state, client indices) -> the clients' per-client evaluation table, with
+  the clients' states in `store`."""
+  evaluate = _build_evaluation(algorithm, data)
+
+  def evaluate_clients(server_state, indices) -> dict[str, np.ndarray]:
+    states = algorithm.evaluation_states(server_state, store.get(indices))
+    return evaluate(algorithm.body_weights(server_state), np.asarray(indices), states)
+
+  return evaluate_clients
+
+
+def _starting_point(checkpoints: CheckpointManager, initial_state: Any,
+                    store: ClientStateStore, sampler: ClientSampler, config: RunConfig
+                    ) -> tuple[RunState, bool]:
+  """The resume policy: the newest checkpoint when resuming and there is one (its
+  clients' states and sampler restored), else round 0. Says which in one line."""
+  if not (config.resume and checkpoints.latest_round() is not None):
+    return RunState(0, initial_state, {}, sampler.state), False
+  committed = checkpoints.load_latest()
+  if committed.round_num > config.rounds:
+    raise UserError(f"the checkpoint in {checkpoints.root_dir} is at round "
+                    f"{committed.round_num}, past --rounds={config.rounds}")
+  store.restore(committed.client_states)
+  sampler.set_state(committed.sampler_state)
+  if committed.round_num == config.rounds:
+    print(f"run already complete ({config.rounds} rounds) in {config.output_dir}: "
+          "nothing to do; --overwrite to start again", flush=True)
+  else:
+    print(f"resuming from round {committed.round_num} of {config.rounds}", flush=True)
+  return committed, True
+
+
+def _run_round(round_num: int, state: Any, process, algorithm: PersonalizedAlgorithm,
+               data: FederatedData, sampler: ClientSampler, store: ClientStateStore,
+               evaluate_clients, sampled_eval: bool) -> tuple[Any, dict]:
+  """One training round on the sampled clients -> (new server state, rounds.csv row)."""
+  reporting = sampler.sample()
+  trained_with = state
+  t0 = time.monotonic()
+  if len(reporting):
+    ids = [data.client_ids[i] for i in reporting]
+    state, client_states, metrics = process.next(state, ids, store.get(reporting))
+    refused = store.update(client_states, reporting)
+  else:
+    metrics, refused = None, 0
+    logging.warning("round %d: no client reported; the body is unchanged", round_num)
+  row = _round_row(round_num, time.monotonic() - t0, metrics,
+                   len(sampler.last_selected), refused)
+  if row["rejected_updates"] or refused:
+    logging.warning("round %d: rejected %d non-finite client updates", round_num,
+                    row["rejected_updates"])
+  if algorithm.evaluates_in_round and len(reporting):
+    row["test_accuracy_sampled_pooled"] = evaluation.pooled_test_accuracy(
+        evaluation.per_client_table(metrics["clients"]))
+  elif sampled_eval and len(reporting):
+    row["test_accuracy_sampled_pooled"] = evaluation.pooled_test_accuracy(
+        evaluate_clients(trained_with, reporting))
+  return state, row
+
+
+def _evaluates(round_num: int, config: RunConfig) -> bool:
+  """Every `eval_every` rounds, and each of the last FINAL_WINDOW (`final`'s window)."""
+  return round_num % config.eval_every == 0 or round_num > config.rounds - FINAL_WINDOW
+
+
+def _checkpoints(round_num: int, config: RunConfig) -> bool:
+  """Every `checkpoint_every` rounds (0: never on the way) and after the last round."""
+  return round_num == config.rounds or (config.checkpoint_every and round_num > 0
+                                        and round_num % config.checkpoint_every == 0)
+
+
+def _save_unsaved(checkpoints: CheckpointManager, committed: RunState,
+                  saved_round: Optional[int]) -> None:
+  """On the way out of a failed or stopped run: keep every completed round."""
+  if committed.round_num == saved_round or committed.round_num == 0:
+    return
+  try:
+    checkpoints.save(committed)
+    logging.warning("checkpoint of round %d saved in %s", committed.round_num,
+                    checkpoints.root_dir)
+  except Exception:  # pylint: disable=broad-except
+    logging.exception("could not save the checkpoint of round %d", committed.round_num)
 
 
 def _build_evaluation(algorithm: PersonalizedAlgorithm, data: FederatedData):
@@ -196,10 +238,10 @@ def _build_evaluation(algorithm: PersonalizedAlgorithm, data: FederatedData):
   Clients sharing the body are scored in cohorts, one client computation per cohort
   (`evaluation.build_cohort_evaluation`); personal bodies one client at a time.
   """
-  if evaluation.has_personal_body(algorithm.types):
+  if algorithm.personal_body:
     per_client = evaluation.build_personalized_evaluation(
         algorithm.body_fn, algorithm.types, data.train.dataset_computation,
-        data.test.dataset_computation)
+        data.test.dataset_computation, personal_body=True)
     return lambda weights, indices, states: evaluation.per_client_table(
         per_client(weights, [data.client_ids[i] for i in indices], states))
 

@@ -24,25 +24,25 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_pflego.algorithms import common
+from tff_pflego.algorithms.model_types import BodyFn, ModelTypes
+from tff_pflego.data.batching import full_batch
+from tff_pflego.models import assign_weights
 from tff_pflego.models import heads
+from tff_pflego.models.scoring import score_on_dataset
 
 DatasetFn = Callable[[tf.Tensor], tf.data.Dataset]  # client id -> its dataset, in TF
 
 
-def has_personal_body(types: common.ModelTypes) -> bool:
-  """Whether client states hold a body of their own (Ditto) besides their head."""
-  return "body" in dict(tff.structure.to_elements(types.client_state))
-
-
-def build_personalized_evaluation(body_fn: common.BodyFn, types: common.ModelTypes,
+def build_personalized_evaluation(body_fn: BodyFn, types: ModelTypes,
                                   train_dataset_computation: tff.Computation,
-                                  test_dataset_computation: tff.Computation
-                                  ) -> tff.Computation:
+                                  test_dataset_computation: tff.Computation,
+                                  personal_body: bool = False) -> tff.Computation:
   """(weights@SERVER, ids@CLIENTS, client_states@CLIENTS) -> per-client metrics@CLIENTS.
 
   Each client reads its train and test data inside its own computation
-  (`composition.with_client_data` says why).
+  (`composition.with_client_data` says why). With `personal_body` the client states
+  hold each client's own body (`PersonalizedAlgorithm.personal_body`), which replaces
+  the broadcast body's trainable weights.
   """
   id_type = train_dataset_computation.type_signature.parameter
 
@@ -54,16 +54,15 @@ def build_personalized_evaluation(body_fn: common.BodyFn, types: common.ModelTyp
 
     @tf.function
     def evaluate(weights, train_data, test_data, client_state):
-      common.assign_weights(body, weights)
-      if "body" in client_state:  # Ditto: the client's own body
+      assign_weights(body, weights)
+      if personal_body:
         for variable, value in zip(body.trainable_variables, client_state["body"]):
           variable.assign(value)
       mask = heads.class_mask(client_state["num_classes"], types.max_classes)
       results = collections.OrderedDict(client_index=client_state["client_index"])
       for part, data in (("train", train_data), ("test", test_data)):
         (results[f"{part}_loss"], results[f"{part}_accuracy"],
-         results[f"num_{part}"]) = common.score_on_dataset(body, data, client_state["head"],
-                                                           mask)
+         results[f"num_{part}"]) = score_on_dataset(body, data, client_state["head"], mask)
       return results
 
     return evaluate(weights, train_data, test_data, client_state)
@@ -100,7 +99,7 @@ def _read_cohort(client_ids: tf.Tensor, dataset_fn: DatasetFn):
   ys = tf.TensorArray(tf.int32, size=num_clients, infer_shape=False)
   sizes = tf.TensorArray(tf.int32, size=num_clients)
   for i in tf.range(num_clients):
-    batch = common.full_batch(dataset_fn(client_ids[i]))
+    batch = full_batch(dataset_fn(client_ids[i]))
     xs = xs.write(i, batch["x"])
     ys = ys.write(i, batch["y"])
     sizes = sizes.write(i, tf.shape(batch["y"])[0])
@@ -108,7 +107,7 @@ def _read_cohort(client_ids: tf.Tensor, dataset_fn: DatasetFn):
   return xs.concat(), ys.concat(), tf.repeat(tf.range(num_clients), sizes), sizes
 
 
-def build_cohort_evaluation(body_fn: common.BodyFn, types: common.ModelTypes,
+def build_cohort_evaluation(body_fn: BodyFn, types: ModelTypes,
                             train_dataset_fn: DatasetFn, test_dataset_fn: DatasetFn,
                             id_dtype=np.str_) -> tff.Computation:
   """(weights@SERVER, cohort ids@CLIENTS, cohort states@CLIENTS) -> metrics@CLIENTS.
@@ -131,7 +130,7 @@ def build_cohort_evaluation(body_fn: common.BodyFn, types: common.ModelTypes,
 
     @tf.function
     def evaluate(weights, client_ids, states):
-      common.assign_weights(body, weights)
+      assign_weights(body, weights)
       num_clients = tf.shape(client_ids)[0]
       results = collections.OrderedDict(client_index=states["client_index"])
       for part, dataset_fn in (("train", train_dataset_fn), ("test", test_dataset_fn)):

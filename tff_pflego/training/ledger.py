@@ -3,8 +3,8 @@
 A round costs, per participating client:
   bytes_down  the broadcast (the shared weights' type),
   bytes_up    the update sent for aggregation plus its weight N_i (float32);
-body passes are counted at run time (`common.BodyPassCounter`) and client compute time
-is measured inside the client computation (`common.timed`); the server part of a
+body passes are counted at run time (`algorithms.instrumentation.BodyPassCounter`) and client compute time
+is measured inside the client computation (`instrumentation.timed`); the server part of a
 round is its wall time minus the slowest client's compute time.
 """
 

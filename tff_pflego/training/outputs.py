@@ -1,13 +1,12 @@
-"""Run outputs written directly: clients.csv, summary.json, config.json."""
+"""Run outputs written row by row: clients.csv (summary.json and config.json go through
+`tff_pflego.files.write_json`)."""
 
 from __future__ import annotations
 
 import csv
-import json
-import os
 from typing import Mapping, Sequence
 
-import numpy as np
+from tff_pflego.files import plain
 
 
 class CsvWriter:
@@ -22,26 +21,8 @@ class CsvWriter:
     self._file.flush()
 
   def write(self, row: Mapping) -> None:
-    self._writer.writerow({k: _plain(v) for k, v in row.items()})
+    self._writer.writerow({k: plain(v) for k, v in row.items()})
     self._file.flush()
 
   def close(self) -> None:
     self._file.close()
-
-
-def _plain(value):
-  if isinstance(value, (np.floating, float)):
-    return f"{float(value):.6g}"
-  if isinstance(value, np.ndarray):
-    return " ".join(str(v) for v in value.tolist())
-  if isinstance(value, np.integer):
-    return int(value)
-  return value
-
-
-def write_json(path: str, data: Mapping) -> None:
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(data, f, indent=2, default=_plain)
-    f.write("\n")
-  os.replace(tmp, path)

@@ -18,19 +18,13 @@ import math
 import os
 from typing import Mapping, Optional
 
-import numpy as np
 import tensorflow_federated as tff
+
+from tff_pflego.files import plain
 
 METRICS_FILE = "metrics.csv"
 ROUNDS_FILE = "rounds.csv"
 KEY = "round"
-
-
-def _plain(value):
-  if isinstance(value, (bool, int, np.integer)):
-    return int(value)
-  number = float(value)
-  return float(f"{number:.6g}") if math.isfinite(number) else number
 
 
 def read_rows(path: str) -> list[dict[str, float]]:
@@ -78,13 +72,13 @@ class RunReleaser:
     self._log = tff.program.LoggingReleaseManager()
 
   def release_round(self, round_num: int, row: Mapping) -> None:
-    value = {k: _plain(v) for k, v in row.items() if k != KEY}
+    value = {k: plain(v) for k, v in row.items() if k != KEY}
     asyncio.run(self._gather(
         self._rounds.release(value, round_num),
         self._tensorboard.release({"round": value}, round_num)))
 
   def release_evaluation(self, round_num: int, row: Mapping) -> None:
-    value = {k: _plain(v) for k, v in row.items() if k != KEY}
+    value = {k: plain(v) for k, v in row.items() if k != KEY}
     asyncio.run(self._gather(
         self._metrics.release(value, round_num),
         self._tensorboard.release({"eval": value}, round_num),

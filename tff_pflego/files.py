@@ -1,0 +1,34 @@
+"""The project's one JSON writer and its plain-number formatting."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+
+def plain(value: Any) -> Any:
+  """A value as plain JSON/CSV data: ints as int, floats to 6 significant digits,
+  arrays as space-separated values; anything else as it is."""
+  if isinstance(value, np.ndarray) and value.ndim == 0:
+    value = value.item()
+  if isinstance(value, (bool, int, np.bool_, np.integer)):
+    return int(value)
+  if isinstance(value, (float, np.floating)):
+    number = float(value)
+    return float(f"{number:.6g}") if math.isfinite(number) else number
+  if isinstance(value, np.ndarray):
+    return " ".join(str(v) for v in value.tolist())
+  return value
+
+
+def write_json(path: str, data: Any, indent: int = 1) -> None:
+  """Writes `data` to `path` atomically (a reader sees the old file or the new one)."""
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(data, f, indent=indent, default=plain)
+    f.write("\n")
+  os.replace(tmp, path)
