@@ -320,8 +320,7 @@ def test_composition_refuses_stages_that_do_not_fit():
     return tff.learning.models.ModelWeights.from_model(helpers.body_fn())
 
   def aggregator_for(value_type):
-    return aggregators.NonFiniteRejectionFactory(tff.aggregators.MeanFactory()).create(
-        value_type, tff.TensorType(np.float32))
+    return aggregators.build_mean_aggregator(value_type)
 
   fedavg_shared = averaging.shared_weights_type(types, helpers.plan("fedavg", TAU, LR))
   with pytest.raises(composition.StagesDoNotFit, match="but the aggregator takes"):

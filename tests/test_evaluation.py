@@ -90,18 +90,20 @@ def test_summary_is_the_documented_formulas():
 
 
 def _ragged_clients(sizes, num_classes, seed):
-  """Clients of different sizes, as (x, y) arrays and as a TF function id -> dataset."""
+  """Clients of different sizes, as (x, y) arrays and as a reader of client "files"
+  (here client ids): a TF function from a vector of ids to their examples, in order."""
   clients = helpers.synthetic_clients(sizes, num_classes, seed=seed)
   offsets = np.cumsum([0] + list(sizes))
   xs = np.concatenate([x for x, _ in clients])
   ys = np.concatenate([y for _, y in clients])
 
-  def dataset_fn(client_id):  # traced inside the computation: its own constants
-    start, stop = tf.gather(offsets, client_id), tf.gather(offsets, client_id + 1)
+  def read_files(client_ids):  # traced inside the computation: its own constants
+    rows = tf.ragged.range(tf.gather(offsets, client_ids),
+                           tf.gather(offsets, client_ids + 1)).flat_values
     return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-        x=tf.constant(xs)[start:stop], y=tf.constant(ys)[start:stop])).batch(4)
+        x=tf.gather(tf.constant(xs), rows), y=tf.gather(tf.constant(ys), rows))).batch(4)
 
-  return clients, dataset_fn
+  return clients, read_files
 
 
 def test_cohort_evaluation_equals_each_clients_keras_model():
@@ -109,10 +111,13 @@ def test_cohort_evaluation_equals_each_clients_keras_model():
   examples and K_i = 1..3 share cohorts, in shuffled order, one cohort of one client."""
   sizes, num_classes = (5, 1, 9, 3, 7, 2), (2, 3, 1, 3, 2, 3)
   types = model_types(helpers.body_fn, helpers.IMAGE_SHAPE, MAX_CLASSES)
-  train, train_fn = _ragged_clients(sizes, num_classes, seed=4)
-  test, test_fn = _ragged_clients(sizes[::-1], num_classes, seed=5)
-  evaluate = evaluation.build_cohort_evaluation(helpers.body_fn, types, train_fn,
-                                                test_fn, id_dtype=np.int32)
+  # One reader over 12 "files": the clients' train files are ids 0..5, test files 6..11.
+  clients, read_files = _ragged_clients(sizes + sizes[::-1], num_classes * 2, seed=4)
+  train, test = clients[:len(sizes)], clients[len(sizes):]
+  evaluate = evaluation.build_cohort_evaluation(helpers.body_fn, types, read_files,
+                                                path_dtype=np.int32)
+  files = dict(train=np.arange(6, dtype=np.int32), test=np.arange(6, 12, dtype=np.int32))
+  num_examples = dict(train=np.array(sizes), test=np.array(sizes[::-1]))
   weights = tf.nest.map_structure(
       lambda v: v.numpy(), tff.learning.models.ModelWeights.from_model(helpers.body_fn()))
   rng = np.random.default_rng(6)
@@ -122,7 +127,8 @@ def test_cohort_evaluation_equals_each_clients_keras_model():
         np.float32)
     state["head"]["bias"] = rng.normal(0, 0.3, MAX_CLASSES).astype(np.float32)
   cohorts = [np.array([4, 0, 2]), np.array([5]), np.array([1, 3])]
-  results = evaluate(weights, [c.astype(np.int32) for c in cohorts],
+  results = evaluate(weights,
+                     [evaluation.cohort_input(files, num_examples, c) for c in cohorts],
                      [evaluation.stack_states([states[i] for i in c]) for c in cohorts])
   table = evaluation.per_client_table(evaluation.unstack_cohort_results(results))
 

@@ -9,8 +9,8 @@ They differ only in their `AveragingPlan`: which local phases a client runs
                 the plan's phases of full-batch GD on
                   F_i = l_i + (mu/2) ||w - w_t||^2     (mu = 0 but for FedProx)
                 and sends delta_i = w_t - w_i and N_i; a personal head stays with it.
-  aggregator    weighted mean sum_S N_i delta_i / sum_S N_i (`tff.aggregators.MeanFactory`;
-                a delta holding NaN/Inf is rejected, `aggregators.NonFiniteRejectionFactory`).
+  aggregator    weighted mean sum_S N_i delta_i / sum_S N_i; a delta holding NaN/Inf is
+                rejected (`aggregators.ScreenedMeanFactory`).
   finalizer     w_{t+1} = w_t - mean delta = sum_S N_i w_i / sum_S N_i (SGD at rate 1).
 
 Each baseline is its own module (`fedavg.py`, `fedprox.py`, `fedper.py`, `fedrep.py`,
@@ -219,9 +219,7 @@ def build_averaging_process(body_fn: BodyFn, plan: AveragingPlan, *,
   feature_dim = types.feature_dim
 
   distributor = tff.learning.templates.build_broadcast_process(shared_type)
-  aggregator = aggregators.NonFiniteRejectionFactory(
-      tff.aggregators.MeanFactory(no_nan_division=True)).create(
-          shared_type.trainable, tff.TensorType(np.float32))
+  aggregator = aggregators.build_mean_aggregator(shared_type.trainable)
   if server_optimizer is None:  # averaging: w - 1.0 * mean(w - w_i) = mean(w_i)
     server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(

@@ -19,6 +19,7 @@ import collections
 from typing import Optional
 
 import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_pflego.algorithms.api import ServerState
@@ -116,6 +117,10 @@ def compose_process(initial_model: tff.Computation, distributor,
   def increment(round_num):
     return round_num + 1
 
+  weigh_metrics, with_measurements = _train_metric_computations(
+      client_work.type_signature.result, aggregator.next.type_signature.result,
+      finalizer.next.type_signature.result)
+
   @tff.federated_computation(initialize.type_signature.result,
                              tff.FederatedType(dataset_type, tff.CLIENTS),
                              tff.FederatedType(client_state_type, tff.CLIENTS))
@@ -128,17 +133,46 @@ def compose_process(initial_model: tff.Computation, distributor,
     new_state = tff.federated_zip(ServerState(
         finalized.result, distributed.state, aggregated.state, finalized.state,
         tff.federated_map(increment, state.round_num)))
-    train_metrics = tff.federated_zip(collections.OrderedDict(
-        loss=tff.federated_mean(outputs.metrics.loss, outputs.update_weight),
-        accuracy=tff.federated_mean(outputs.metrics.accuracy, outputs.update_weight),
-        num_examples=tff.federated_sum(outputs.update_weight),
-        num_clients=tff.federated_sum(tff.federated_value(np.int32(1), tff.CLIENTS)),
-        rejected_updates=aggregated.measurements.rejected_updates,
-        update_non_finite=finalized.measurements.update_non_finite))
+    train_metrics = tff.federated_map(with_measurements, (
+        tff.federated_sum(tff.federated_map(
+            weigh_metrics, (outputs.metrics.loss, outputs.metrics.accuracy,
+                            outputs.update_weight))),
+        aggregated.measurements.rejected_updates,
+        finalized.measurements.update_non_finite))
     metrics = collections.OrderedDict(train=train_metrics, clients=outputs.metrics)
     return new_state, outputs.client_state, metrics
 
   return tff.templates.IterativeProcess(initialize, next_fn)
+
+
+def _train_metric_computations(work_type, aggregator_type, finalizer_type):
+  """The round's train metrics in one `federated_sum` (each reduction is a pass over the
+  clients in the TFF runtime):
+
+    weigh_metrics      at each client: (N_i l_i, N_i a_i, N_i, 1)
+    with_measurements  at the server: loss = sum N_i l_i / sum N_i, accuracy likewise
+                       (what `federated_mean` weighted by N_i computes), num_examples,
+                       num_clients, and the aggregator's and finalizer's counters.
+  """
+  metric_type = work_type.metrics
+  weight_type = work_type.update_weight
+
+  @tff.tensorflow.computation(metric_type.loss, metric_type.accuracy, weight_type)
+  def weigh_metrics(loss, accuracy, weight):
+    return collections.OrderedDict(loss=loss * weight, accuracy=accuracy * weight,
+                                   num_examples=weight, num_clients=np.int32(1))
+
+  @tff.tensorflow.computation(weigh_metrics.type_signature.result,
+                              aggregator_type.measurements.member.rejected_updates,
+                              finalizer_type.measurements.member.update_non_finite)
+  def with_measurements(sums, rejected_updates, update_non_finite):
+    return collections.OrderedDict(
+        loss=tf.math.divide_no_nan(sums["loss"], sums["num_examples"]),
+        accuracy=tf.math.divide_no_nan(sums["accuracy"], sums["num_examples"]),
+        num_examples=sums["num_examples"], num_clients=sums["num_clients"],
+        rejected_updates=rejected_updates, update_non_finite=update_non_finite)
+
+  return weigh_metrics, with_measurements
 
 
 def compose_with_client_ids(dataset_computation: tff.Computation,

@@ -2,9 +2,12 @@
 
 `ClientSplits` writes one TFRecord file per client and part (`client00017_train`,
 `client00017_test`), holding the client's examples with labels already re-indexed to
-0..K_i-1. The clients' `tf.data` pipelines open their own file by client id inside
-the TFF computation (`ClientData.from_clients_and_tf_fn`), so a round sends client
-ids, not serialized datasets, and the data never passes through Python.
+0..K_i-1. Each part is a `tff.simulation.datasets.FilePerUserClientData` over those
+files, their paths taken from the TFDS split info: the clients' `tf.data` pipelines
+open their own file by client id inside the TFF computation, so a round sends client
+ids, not serialized datasets, and the data never passes through Python. The same
+reader takes a vector of paths and reads those clients' examples one after another
+(cohort evaluation).
 
 Each element of a client dataset is a batch `{"x": float32 [n, H, W, C] in [0, 1],
 "y": int32 [n]}`; clients train full-batch (as in the paper) on all batches concatenated.
@@ -100,9 +103,13 @@ class FederatedData:
   personalization: str
   seed: int
   partition: partition_lib.ClientPartition
-  train: tff.simulation.datasets.ClientData
-  test: tff.simulation.datasets.ClientData
+  train: tff.simulation.datasets.FilePerUserClientData
+  test: tff.simulation.datasets.FilePerUserClientData
   manifest_path: str
+  # Part -> every client's file path, by client index (from the TFDS split info).
+  client_files: dict[str, np.ndarray]
+  # path(s) -> the examples of those client files, in order (`make_client_dataset_fn`).
+  read_client_files: Callable[[tf.Tensor], tf.data.Dataset]
   # Raw files' sha256, the prepared dataset's and the partition's fingerprints.
   provenance: dict = dataclasses.field(default_factory=dict)
 
@@ -116,7 +123,12 @@ class FederatedData:
 
   @property
   def num_train_examples(self) -> np.ndarray:
-    return np.array([len(i) for i in self.partition.train_indices], np.int64)
+    return self.num_examples("train")
+
+  def num_examples(self, part: str) -> np.ndarray:
+    """N_i of every client's `part` ("train" or "test")."""
+    indices = self.partition.train_indices if part == "train" else self.partition.test_indices
+    return np.array([len(i) for i in indices], np.int64)
 
   @property
   def num_classes(self) -> np.ndarray:
@@ -152,12 +164,11 @@ class FederatedData:
             np.concatenate([b["y"].numpy() for b in batches]))
 
 
-def make_client_dataset_fn(builder: tfds.core.DatasetBuilder,
-                           part: str) -> Callable[[tf.Tensor], tf.data.Dataset]:
-  """A tf_fn from a client id (tf.string) to that client's full-batch dataset."""
-  prefix = os.path.join(builder.data_dir, f"{builder.name}-client")
-  suffix = f"_{part}.{tfds.core.file_adapters.FileFormat.TFRECORD.value}-00000-of-00001"
-  image_shape = tuple(builder.info.features["image"].shape)
+def make_client_dataset_fn(image_shape: tuple[int, ...]
+                           ) -> Callable[[tf.Tensor], tf.data.Dataset]:
+  """A tf_fn from a client file path (or a vector of paths, read one after another) to
+  its examples as `{x, y}` batches."""
+  image_shape = tuple(image_shape)
   # The builder's features, parsed a batch at a time: the image is a Tensor feature
   # with BYTES encoding (its raw uint8 bytes), so one decode_raw serves the batch
   # (2x faster than TFDS's per-example deserialize_example; a test checks equality).
@@ -170,11 +181,17 @@ def make_client_dataset_fn(builder: tfds.core.DatasetBuilder,
     return {"x": tf.cast(images, tf.float32) / 255.0,
             "y": tf.cast(batch["label"], tf.int32)}
 
-  def dataset_fn(cid: tf.Tensor) -> tf.data.Dataset:
-    path = tf.strings.join([prefix, cid, suffix])
-    return tf.data.TFRecordDataset(path).batch(BATCH_SIZE).map(to_model_inputs)
+  def dataset_fn(paths) -> tf.data.Dataset:
+    return tf.data.TFRecordDataset(paths).batch(BATCH_SIZE).map(to_model_inputs)
 
   return dataset_fn
+
+
+def client_file_paths(builder: tfds.core.DatasetBuilder, num_clients: int,
+                      part: str) -> np.ndarray:
+  """Every client's file of `part`, by client index, as the TFDS split info names it."""
+  return np.array([os.fspath(builder.info.splits[split_name(i, part)].filepaths[0])
+                   for i in range(num_clients)], dtype=object)
 
 
 def partition_name(dataset: str, personalization: str, num_clients: int, seed: int) -> str:
@@ -268,15 +285,17 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
 
   _check_client_files(builder, manifest_path)
   ids = [client_id(i) for i in range(partition.num_clients)]
-  train, test = (tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
-      ids, make_client_dataset_fn(builder, part)) for part in PARTS)
+  paths = {part: client_file_paths(builder, partition.num_clients, part) for part in PARTS}
+  read = make_client_dataset_fn(spec.image_shape)
+  train, test = (tff.simulation.datasets.FilePerUserClientData(
+      dict(zip(ids, paths[part])), read) for part in PARTS)
   data_provenance = dict(
       raw_dir=prepared.record.get("raw_dir"), raw_files=prepared.record["raw_files"],
       raw_files_unknown=prepared.record.get("raw_files_unknown", []),
       dataset_fingerprint=prepared.fingerprint,
       partition_fingerprint=manifest["partition_fingerprint"])
   return FederatedData(spec, personalization, seed, partition, train, test, manifest_path,
-                       data_provenance)
+                       paths, read, data_provenance)
 
 
 def _verified_manifest(manifest_path: str, dataset_fingerprint: str,

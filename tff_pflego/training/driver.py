@@ -245,15 +245,15 @@ def _build_evaluation(algorithm: PersonalizedAlgorithm, data: FederatedData):
     return lambda weights, indices, states: evaluation.per_client_table(
         per_client(weights, [data.client_ids[i] for i in indices], states))
 
-  cohorts = evaluation.build_cohort_evaluation(
-      algorithm.body_fn, algorithm.types, data.train.serializable_dataset_fn,
-      data.test.serializable_dataset_fn)
-  client_ids = np.array(data.client_ids, dtype=object)
-  num_examples = data.num_train_examples
+  cohorts = evaluation.build_cohort_evaluation(algorithm.body_fn, algorithm.types,
+                                               data.read_client_files)
+  num_examples = {part: data.num_examples(part) for part in evaluation.PARTS}
 
   def evaluate(weights, indices, states):
-    plan = evaluation.plan_cohorts(num_examples[indices])
-    results = cohorts(weights, [client_ids[indices[c]] for c in plan],
+    plan = evaluation.plan_cohorts(num_examples["train"][indices])
+    results = cohorts(weights,
+                      [evaluation.cohort_input(data.client_files, num_examples, indices[c])
+                       for c in plan],
                       [evaluation.stack_states([states[j] for j in c]) for c in plan])
     return evaluation.per_client_table(evaluation.unstack_cohort_results(results))
 

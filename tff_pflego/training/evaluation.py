@@ -30,7 +30,9 @@ from tff_pflego.models import assign_weights
 from tff_pflego.models import heads
 from tff_pflego.models.scoring import score_on_dataset
 
-DatasetFn = Callable[[tf.Tensor], tf.data.Dataset]  # client id -> its dataset, in TF
+# A vector of client files -> their examples, one file after another, in TF.
+FilesFn = Callable[[tf.Tensor], tf.data.Dataset]
+PARTS = ("train", "test")
 
 
 def build_personalized_evaluation(body_fn: BodyFn, types: ModelTypes,
@@ -92,49 +94,58 @@ def _stacked_type(type_spec: tff.types.Type) -> tff.types.Type:
       type_spec.python_container)
 
 
-def _read_cohort(client_ids: tf.Tensor, dataset_fn: DatasetFn):
-  """Every cohort client's full batch, concatenated: x, y and each example's owner."""
-  num_clients = tf.shape(client_ids)[0]
-  xs = tf.TensorArray(tf.float32, size=num_clients, infer_shape=False)
-  ys = tf.TensorArray(tf.int32, size=num_clients, infer_shape=False)
-  sizes = tf.TensorArray(tf.int32, size=num_clients)
-  for i in tf.range(num_clients):
-    batch = full_batch(dataset_fn(client_ids[i]))
-    xs = xs.write(i, batch["x"])
-    ys = ys.write(i, batch["y"])
-    sizes = sizes.write(i, tf.shape(batch["y"])[0])
-  sizes = sizes.stack()
-  return xs.concat(), ys.concat(), tf.repeat(tf.range(num_clients), sizes), sizes
+def cohort_type(path_dtype=np.str_) -> tff.types.StructWithPythonType:
+  """What a cohort's clients are given by: their file of each part and its size."""
+  return tff.types.StructWithPythonType(
+      [(f"{part}_files", tff.TensorType(path_dtype, (None,))) for part in PARTS]
+      + [(f"num_{part}", tff.TensorType(np.int32, (None,))) for part in PARTS],
+      collections.OrderedDict)
 
 
-def build_cohort_evaluation(body_fn: BodyFn, types: ModelTypes,
-                            train_dataset_fn: DatasetFn, test_dataset_fn: DatasetFn,
-                            id_dtype=np.str_) -> tff.Computation:
-  """(weights@SERVER, cohort ids@CLIENTS, cohort states@CLIENTS) -> metrics@CLIENTS.
+def cohort_input(files: dict[str, np.ndarray], num_examples: dict[str, np.ndarray],
+                 positions: np.ndarray) -> collections.OrderedDict:
+  """The `cohort_type` value of the clients at `positions` of `files` / `num_examples`
+  (part -> one entry per client)."""
+  return collections.OrderedDict(
+      [(f"{part}_files", np.asarray(files[part])[positions]) for part in PARTS]
+      + [(f"num_{part}", np.asarray(num_examples[part], np.int32)[positions])
+         for part in PARTS])
+
+
+def build_cohort_evaluation(body_fn: BodyFn, types: ModelTypes, read_files: FilesFn,
+                            path_dtype=np.str_) -> tff.Computation:
+  """(weights@SERVER, cohorts@CLIENTS, cohort states@CLIENTS) -> metrics@CLIENTS.
 
   The same per-client numbers as `build_personalized_evaluation`, with one client
   computation per cohort of clients instead of one per client: the cohort reads its
-  clients' data (`*_dataset_fn`: a TF function client id -> dataset), runs the body
-  once over all their examples, scores example n with the head of its owner c(n),
-  z_n = phi_n W_{c(n)} + b_{c(n)} (classes >= K_{c(n)} masked), and averages loss and
-  accuracy per client. A cohort's states are its clients' states stacked along a
-  first axis; the metrics come back the same way. For a shared body only (a client
-  state with a personal body needs `build_personalized_evaluation`).
+  clients' files of a part in one pipeline (`read_files`: a TF function from a vector
+  of client files to their examples, one file after another; `cohort_type` gives the
+  files and each one's number of examples N_c), runs the body once over all of them,
+  scores example n with the head of its owner c(n) (the N_c examples after those of
+  the clients before c are c's), z_n = phi_n W_{c(n)} + b_{c(n)} (classes >= K_{c(n)}
+  masked), and averages loss and accuracy per client. A cohort's states are its
+  clients' states stacked along a first axis; the metrics come back the same way. For
+  a shared body only (a client state with a personal body needs
+  `build_personalized_evaluation`).
   """
-  ids_type = tff.TensorType(id_dtype, (None,))
   states_type = _stacked_type(types.client_state)
+  cohorts_type = cohort_type(path_dtype)
 
-  @tff.tensorflow.computation(types.weights, ids_type, states_type)
-  def evaluate_cohort(weights, client_ids, states):
+  @tff.tensorflow.computation(types.weights, cohorts_type, states_type)
+  def evaluate_cohort(weights, cohort, states):
     body = body_fn()
 
     @tf.function
-    def evaluate(weights, client_ids, states):
+    def evaluate(weights, cohort, states):
       assign_weights(body, weights)
-      num_clients = tf.shape(client_ids)[0]
+      num_clients = tf.shape(states["client_index"])[0]
       results = collections.OrderedDict(client_index=states["client_index"])
-      for part, dataset_fn in (("train", train_dataset_fn), ("test", test_dataset_fn)):
-        x, y, owner, sizes = _read_cohort(client_ids, dataset_fn)
+      for part in PARTS:
+        batch = full_batch(read_files(cohort[f"{part}_files"]))
+        x, y, sizes = batch["x"], batch["y"], cohort[f"num_{part}"]
+        tf.debugging.assert_equal(tf.shape(y)[0], tf.reduce_sum(sizes), message=(
+            f"the cohort's {part} files hold another number of examples than recorded"))
+        owner = tf.repeat(tf.range(num_clients), sizes)
         features = body(x, training=False)
         logits = (tf.einsum("nm,nmk->nk", features, tf.gather(states["head"]["kernel"], owner))
                   + tf.gather(states["head"]["bias"], owner))
@@ -152,14 +163,14 @@ def build_cohort_evaluation(body_fn: BodyFn, types: ModelTypes,
         results[f"num_{part}"] = sizes
       return results
 
-    return evaluate(weights, client_ids, states)
+    return evaluate(weights, cohort, states)
 
   @tff.federated_computation(tff.FederatedType(types.weights, tff.SERVER),
-                             tff.FederatedType(ids_type, tff.CLIENTS),
+                             tff.FederatedType(cohorts_type, tff.CLIENTS),
                              tff.FederatedType(states_type, tff.CLIENTS))
-  def evaluate_cohorts(weights, cohort_ids, cohort_states):
+  def evaluate_cohorts(weights, cohorts, cohort_states):
     return tff.federated_map(evaluate_cohort, (tff.federated_broadcast(weights),
-                                               cohort_ids, cohort_states))
+                                               cohorts, cohort_states))
 
   return evaluate_cohorts
 
