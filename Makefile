@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup setup-bazel run test bazel-build bazel-test benchmark benchmark-cost benchmark-memory reproduce crosscheck
+.PHONY: setup setup-bazel run test bazel-build bazel-test benchmark benchmark-cost benchmark-memory benchmark-population profile-round reproduce crosscheck
 
 setup:
 	@bash tools/setup.sh
@@ -32,9 +32,19 @@ benchmark: setup
 benchmark-cost: setup
 	$(PY) binaries/benchmark_cost.py --output_dir=runs/benchmark_cost
 
-## Memory over 1000 rounds (PFLEGO, FedAvg) and all-client evaluation at I = 5000.
+## Memory over 1000 rounds (PFLEGO; FedAvg 250 rounds, shortened).
 benchmark-memory: setup
-	$(PY) binaries/benchmark_memory.py --output_dir=runs/benchmark_memory
+	$(PY) binaries/benchmark_memory.py --algorithms=pflego --output_dir=runs/benchmark_memory
+	$(PY) binaries/benchmark_memory.py --algorithms=fedavg --rounds=250 \
+	    --output_dir=runs/benchmark_memory
+
+## I = 10,000 clients (EMNIST-Letters): training round vs I = 100, all-client evaluation.
+benchmark-population: setup
+	$(PY) binaries/benchmark_population.py --output_dir=runs/benchmark_population
+
+## Where a round's wall time goes (PFLEGO and FedAvg, Fashion-MNIST High-Pers).
+profile-round: setup
+	$(PY) binaries/profile_round.py --output_dir=runs/profile_round
 
 ## The Fashion-MNIST grid of the paper's Table 1 (hours on 2 cores; resumable).
 reproduce: setup

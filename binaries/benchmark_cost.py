@@ -53,15 +53,8 @@ def measure(dataset: str, rounds: int, skip_first: bool = False) -> dict:
 
   algorithms, data, sampler = {}, None, None
   for name in _ALGORITHMS.value:
-    config = experiment.ExperimentConfig(dataset=dataset, algorithm=name,
-                                         output_dir=os.path.join(_OUTPUT_DIR.value, "tmp"),
-                                         overwrite=True)
-    if _DATA_DIR.value:
-      config.data_dir = _DATA_DIR.value
-    prepared = experiment.prepare(experiment.resolve(config))
+    prepared, algorithm = experiment.prepare_training(dataset, name, _DATA_DIR.value)
     data, sampler = prepared.data, sampler or prepared.sampler
-    algorithm = experiment.training_algorithm(name, prepared.algorithm_config,
-                                              data.client_data_computations)
     process = algorithm.process
     algorithms[name] = dict(algorithm=algorithm, process=process,
                             state=process.initialize(), heads={})

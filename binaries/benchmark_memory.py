@@ -1,22 +1,20 @@
-r"""Memory over long runs and all-client evaluation at a large population.
+r"""Memory over long runs (P4).
 
   python binaries/benchmark_memory.py --output_dir=runs/benchmark_memory
 
-1. Rounds (P4): each algorithm of --algorithms trains --rounds rounds at the paper's
-   Fashion-MNIST High-Pers setting (I = 100, r = 20, tau = 50, all clients evaluated
-   every 100 rounds and at the last 10) through `run_experiment`, in this process. A
-   thread samples every second the resident memory of this process (the driver) and
-   of its TFF worker, and the round reached (rows of rounds.csv). Goal: driver +
-   worker at the last round <= 1.1x their value at round 50.
-2. Evaluation (P3, P4): Fashion-MNIST High-Pers at I = --eval_num_clients (5000: the
-   largest I that leaves every client a test example), all clients evaluated
-   --evaluations times in a row: seconds per evaluation and per client, and the
-   worker's peak memory. Goals: <= 10 s per evaluation at I = 10,000 (~1 ms per
-   client), no growth from one evaluation to the next, peak <= 2 GB.
+Each algorithm of --algorithms trains --rounds rounds at the paper's Fashion-MNIST
+High-Pers setting (I = 100, r = 20, tau = 50, all clients evaluated every 100 rounds
+and at the last 10) through `run_experiment`, in this process. A thread samples every
+second the resident memory of this process (the driver) and of its TFF worker, and
+the round reached (rows of rounds.csv). Goal: driver + worker at the last round
+<= 1.1x their value at round 50.
+
+All-client evaluation at a large population (its time and the worker's peak memory)
+is measured by binaries/benchmark_population.py.
 
 Writes benchmark_memory.json and benchmark_memory.png to --output_dir; parts run
-earlier into the same directory are kept (e.g. --algorithms=fedavg --eval_num_clients=0
-adds FedAvg's long run to an earlier PFLEGO one).
+earlier into the same directory are kept (e.g. --algorithms=fedavg --rounds=250 adds
+FedAvg's long run to an earlier PFLEGO one).
 """
 
 from __future__ import annotations
@@ -38,12 +36,8 @@ import psutil
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/benchmark_memory", "Where results go.")
 _ALGORITHMS = flags.DEFINE_list("algorithms", ["pflego", "fedavg"], "Algorithms run.")
 _ROUNDS = flags.DEFINE_integer("rounds", 1000, "Rounds per algorithm (P4).")
-_EVAL_NUM_CLIENTS = flags.DEFINE_integer("eval_num_clients", 5000,
-                                         "Population of the evaluation part; 0 skips it.")
-_EVALUATIONS = flags.DEFINE_integer("evaluations", 5, "All-client evaluations in a row.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Prepared data (default: data/).")
 _GOAL_GROWTH = 1.1
-_GOAL_EVAL_PEAK_GB = 2.0
 
 
 def _rss_mb(process: psutil.Process) -> float:
@@ -124,58 +118,13 @@ def rounds_part(algorithm: str, rounds: int) -> dict:
               growth_ratio=total[rounds - 1] / total[early], goal_ratio=_GOAL_GROWTH)
 
 
-def evaluation_part(num_clients: int, evaluations: int) -> dict:
-  from tff_pflego import runtime
-  from tff_pflego.algorithms.registry import build_algorithm
-  from tff_pflego.experiment import ExperimentConfig, prepare, resolve
-  from tff_pflego.training import evaluation
-  from tff_pflego.training.client_store import ClientStateStore
-
-  config = ExperimentConfig(dataset="fashion_mnist", personalization="high",
-                            num_clients=num_clients,
-                            output_dir=os.path.join(_OUTPUT_DIR.value, "tmp"),
-                            overwrite=True)
-  if _DATA_DIR.value:
-    config.data_dir = _DATA_DIR.value
-  t0 = time.monotonic()
-  p = prepare(resolve(config))
-  prepare_s = time.monotonic() - t0
-  data = p.data
-  done = [0]
-  with runtime.local_execution_context(), MemorySampler(lambda: done[0], 0.25) as sampler:
-    algorithm = build_algorithm("pflego", p.algorithm_config)
-    evaluate = evaluation.build_personalized_evaluation(
-        algorithm.body_fn, algorithm.types, data.train.dataset_computation,
-        data.test.dataset_computation)
-    store = ClientStateStore(
-        lambda i: algorithm.initial_client_state(i, int(data.num_classes[i])))
-    weights = algorithm.body_weights(algorithm.process.initialize())
-    indices = np.arange(data.num_clients)
-    seconds = []
-    for _ in range(evaluations):
-      start = time.monotonic()
-      table = evaluation.per_client_table(
-          evaluate(weights, list(data.client_ids), store.get(indices)))
-      seconds.append(time.monotonic() - start)
-      done[0] += 1
-  assert len(table["client_index"]) == num_clients
-  peaks = [max((s["worker_mb"] for s in sampler.samples if s["progress"] == k
-                and s["worker_mb"] == s["worker_mb"]), default=float("nan"))
-           for k in range(evaluations)]
-  return dict(num_clients=num_clients, prepare_s=prepare_s, seconds=seconds,
-              ms_per_client=[1000 * s / num_clients for s in seconds],
-              worker_peak_mb_per_evaluation=peaks, samples=sampler.samples,
-              goal_peak_gb=_GOAL_EVAL_PEAK_GB)
-
-
 def plot(path: str, results: dict) -> None:
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  panels = 1 + ("evaluation" in results)
-  fig, axes = plt.subplots(1, panels, figsize=(6.2 * panels, 4.2),
-                           constrained_layout=True, squeeze=False)
+  fig, axes = plt.subplots(1, 1, figsize=(6.2, 4.2), constrained_layout=True,
+                           squeeze=False)
   ax = axes[0][0]
   for name, r in results["rounds"].items():
     s = [x for x in r["samples"] if x["worker_mb"] == x["worker_mb"]]
@@ -188,16 +137,6 @@ def plot(path: str, results: dict) -> None:
          title="Memory per round, Fashion-MNIST High-Pers, paper setting")
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8, loc="lower right")
-  if "evaluation" in results:
-    e = results["evaluation"]
-    ax = axes[0][1]
-    s = [x for x in e["samples"] if x["worker_mb"] == x["worker_mb"]]
-    t0 = s[0]["t"] if s else 0
-    ax.plot([x["t"] - t0 for x in s], [x["worker_mb"] for x in s], color="tab:purple")
-    ax.set(xlabel="seconds", ylabel="worker resident memory (MB)", ylim=(0, None),
-           title=f"{len(e['seconds'])} all-client evaluations, I = {e['num_clients']}: "
-                 f"{np.mean(e['seconds']):.1f} s each")
-    ax.grid(alpha=0.3)
   fig.savefig(path, dpi=120)
   plt.close(fig)
 
@@ -215,12 +154,7 @@ def main(argv) -> None:
     print(f"{name}: driver + worker {r['total_mb_at']['early']:.0f} MB at round "
           f"{r['early_round']}, {r['total_mb_at']['last']:.0f} MB at round "
           f"{r['last_round']}: {r['growth_ratio']:.2f}x (goal <= {_GOAL_GROWTH})", flush=True)
-  if _EVAL_NUM_CLIENTS.value > 0:
-    e = results["evaluation"] = evaluation_part(_EVAL_NUM_CLIENTS.value, _EVALUATIONS.value)
-    print(f"evaluation of all {e['num_clients']} clients: "
-          + ", ".join(f"{s:.1f} s" for s in e["seconds"])
-          + f" ({np.mean(e['ms_per_client']):.1f} ms per client); worker peak "
-          + ", ".join(f"{m:.0f}" for m in e["worker_peak_mb_per_evaluation"]) + " MB")
+  results.pop("evaluation", None)  # measured by benchmark_population.py now
   with open(path, "w") as f:
     json.dump(results, f, indent=1)
   plot(os.path.join(_OUTPUT_DIR.value, "benchmark_memory.png"), results)

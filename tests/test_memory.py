@@ -4,9 +4,9 @@ Until client data was built inside each client computation, every dataset passed
 between two computations left ~170 KB of instantiated tf.data functions in the
 worker's pooled TensorFlow sessions: +4 MB per round at r = 20, without bound
 (`composition.with_client_data`). Here 10 small clients (read from their client files
-as in every run) train and are all evaluated every round for 300 rounds on a private
-worker: the old path would leave 30 dataset imports a round, ~5 MB, ~1.2 GB over the
-250 measured rounds.
+as in every run) train and are all evaluated every round, one computation per client
+and in cohorts (the driver's path), for 300 rounds on a private worker: the old path
+would leave 30 dataset imports a round, ~5 MB, ~1.2 GB over the 250 measured rounds.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tff_pflego import runtime
 from tff_pflego import settings
 from tff_pflego.algorithms.registry import build_algorithm
 from tff_pflego.data import load_federated_data
-from tff_pflego.training import evaluation
+from tff_pflego.training import driver, evaluation
 from tff_pflego.training.client_store import ClientStateStore
 
 WARMUP_ROUNDS = 50
@@ -48,6 +48,7 @@ def test_worker_memory_stays_flat_over_hundreds_of_rounds(tmp_path, monkeypatch)
     evaluate = evaluation.build_personalized_evaluation(
         algorithm.body_fn, algorithm.types, data.train.dataset_computation,
         data.test.dataset_computation)
+    evaluate_cohorts = driver.build_client_evaluation(algorithm, data)
     store = ClientStateStore(
         lambda i: algorithm.initial_client_state(i, int(data.num_classes[i])))
     state = algorithm.process.initialize()
@@ -56,6 +57,7 @@ def test_worker_memory_stays_flat_over_hundreds_of_rounds(tmp_path, monkeypatch)
       state, states, _ = algorithm.process.next(state, ids, store.get(indices))
       store.update(states, indices)
       evaluate(algorithm.body_weights(state), ids, store.get(indices))
+      evaluate_cohorts(algorithm.body_weights(state), indices, store.get(indices))
       if round_num in (WARMUP_ROUNDS, ROUNDS):
         rss_mb[round_num] = psutil.Process(worker.pid).memory_info().rss / 2**20
   growth = rss_mb[ROUNDS] - rss_mb[WARMUP_ROUNDS]

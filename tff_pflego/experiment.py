@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import shutil
+import tempfile
 from typing import Any, Optional
 
 from tff_pflego import config as config_lib
@@ -210,6 +211,21 @@ def training_algorithm(name: str, config: AlgorithmConfig, client_data=None):
   """
   return build_algorithm(name, dataclasses.replace(config, sampled_eval=False),
                          client_data)
+
+
+def prepare_training(dataset: str, algorithm: str, data_dir: Optional[str] = None,
+                     **settings) -> tuple[Prepared, Any]:
+  """The prepared data and sampler of a setting (the paper's where `settings` says
+  nothing) and its `training_algorithm`, `next` on client ids: for benchmarks and
+  tools that time rounds outside a run (nothing is written to an output directory)."""
+  config = ExperimentConfig(
+      dataset=dataset, algorithm=algorithm, overwrite=True,
+      output_dir=os.path.join(tempfile.gettempdir(), "tff_pflego_not_written"), **settings)
+  if data_dir:
+    config.data_dir = data_dir
+  prepared = prepare(resolve(config))
+  return prepared, training_algorithm(algorithm, prepared.algorithm_config,
+                                      prepared.data.client_data_computations)
 
 
 def prepare(c: ExperimentConfig) -> Prepared:

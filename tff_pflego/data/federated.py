@@ -3,7 +3,7 @@
 `ClientSplits` writes one TFRecord file per client and part (`client00017_train`,
 `client00017_test`), holding the client's examples with labels already re-indexed to
 0..K_i-1. Each part is a `tff.simulation.datasets.FilePerUserClientData` over those
-files, their paths taken from the TFDS split info: the clients' `tf.data` pipelines
+files (`ClientFiles`), their paths taken from the TFDS split info: the clients' `tf.data` pipelines
 open their own file by client id inside the TFF computation, so a round sends client
 ids, not serialized datasets, and the data never passes through Python. The same
 reader takes a vector of paths and reads those clients' examples one after another
@@ -103,8 +103,8 @@ class FederatedData:
   personalization: str
   seed: int
   partition: partition_lib.ClientPartition
-  train: tff.simulation.datasets.FilePerUserClientData
-  test: tff.simulation.datasets.FilePerUserClientData
+  train: "ClientFiles"
+  test: "ClientFiles"
   manifest_path: str
   # Part -> every client's file path, by client index (from the TFDS split info).
   client_files: dict[str, np.ndarray]
@@ -185,6 +185,36 @@ def make_client_dataset_fn(image_shape: tuple[int, ...]
     return tf.data.TFRecordDataset(paths).batch(BATCH_SIZE).map(to_model_inputs)
 
   return dataset_fn
+
+
+class ClientFiles(tff.simulation.datasets.FilePerUserClientData):
+  """`FilePerUserClientData` whose in-graph dataset function (`serializable_dataset_fn`,
+  hence `dataset_computation`) finds a client's file from its id alone.
+
+  The library's builds a lookup table of all I ids and paths inside every client
+  computation, so every round carries and initializes O(I) constants: at I = 10,000 a
+  PFLEGO round took 1.38x its time at I = 100 (docs/benchmark_population.json). When
+  every path is prefix + id + suffix (checked here, client by client), the path is
+  joined from the id in the graph instead; otherwise the library's table is used.
+  """
+
+  def __init__(self, client_ids_to_files: dict[str, str],
+               dataset_fn: Callable[[tf.Tensor], tf.data.Dataset]):
+    super().__init__(client_ids_to_files, dataset_fn)
+    self._path_of_id = None
+    some_id, some_path = next(iter(client_ids_to_files.items()))
+    cuts = [i for i in range(len(some_path)) if some_path.startswith(some_id, i)]
+    for cut in cuts:  # where in the path the id stands
+      prefix, suffix = some_path[:cut], some_path[cut + len(some_id):]
+      if all(path == f"{prefix}{cid}{suffix}" for cid, path in client_ids_to_files.items()):
+        self._path_of_id = lambda cid, p=prefix, s=suffix: tf.strings.join([p, cid, s])
+        break
+
+  @property
+  def serializable_dataset_fn(self):
+    if self._path_of_id is None:
+      return super().serializable_dataset_fn
+    return lambda client_id: self._dataset_fn(self._path_of_id(client_id))
 
 
 def client_file_paths(builder: tfds.core.DatasetBuilder, num_clients: int,
@@ -287,8 +317,7 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
   ids = [client_id(i) for i in range(partition.num_clients)]
   paths = {part: client_file_paths(builder, partition.num_clients, part) for part in PARTS}
   read = make_client_dataset_fn(spec.image_shape)
-  train, test = (tff.simulation.datasets.FilePerUserClientData(
-      dict(zip(ids, paths[part])), read) for part in PARTS)
+  train, test = (ClientFiles(dict(zip(ids, paths[part])), read) for part in PARTS)
   data_provenance = dict(
       raw_dir=prepared.record.get("raw_dir"), raw_files=prepared.record["raw_files"],
       raw_files_unknown=prepared.record.get("raw_files_unknown", []),

@@ -150,7 +150,7 @@ def _client_evaluation(algorithm: PersonalizedAlgorithm, data: FederatedData,
                        store: ClientStateStore):
   """(server state, client indices) -> the clients' per-client evaluation table, with
   the clients' states in `store`."""
-  evaluate = _build_evaluation(algorithm, data)
+  evaluate = build_client_evaluation(algorithm, data)
 
   def evaluate_clients(server_state, indices) -> dict[str, np.ndarray]:
     states = algorithm.evaluation_states(server_state, store.get(indices))
@@ -232,7 +232,7 @@ def _save_unsaved(checkpoints: CheckpointManager, committed: RunState,
     logging.exception("could not save the checkpoint of round %d", committed.round_num)
 
 
-def _build_evaluation(algorithm: PersonalizedAlgorithm, data: FederatedData):
+def build_client_evaluation(algorithm: PersonalizedAlgorithm, data: FederatedData):
   """(body weights, client indices, their states) -> per-client table.
 
   Clients sharing the body are scored in cohorts, one client computation per cohort

@@ -1,0 +1,162 @@
+r"""Where one round's wall time goes: a profile of PFLEGO's and FedAvg's rounds.
+
+  python binaries/profile_round.py --output_dir=docs
+
+For each algorithm at the paper's Fashion-MNIST High-Pers setting (I = 100, r = 20,
+tau = 50), on the same sampled clients, rounds alternating, the first untimed:
+
+  round            wall time of `next`, as the driver calls it
+  clients          per client, from the in-graph timestamps of its computation: reading
+                   its data, and computing from its data in memory to the end; the
+                   slowest client's whole time, and the sum over clients / 2 cores
+  intrinsics       the federated intrinsics in `next` (counted in its computation), and
+                   the measured cost of one intrinsic over 20 clients in this runtime
+                   (a federated_sum of a scalar, and a federated_map then sum)
+  outside clients  round - slowest client: broadcast, aggregation, the server optimizer,
+                   metrics and moving values between driver and worker
+
+Writes round_profile.json and prints a table (docs/round_profile.md quotes it).
+"""
+
+from __future__ import annotations
+
+# First: sets the logging defaults and a one-line Ctrl-C before TensorFlow loads.
+from tff_pflego import cli  # pylint: disable=g-bad-import-order
+
+import collections
+import json
+import os
+import time
+
+from absl import flags
+import numpy as np
+
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/profile_round", "Where results go.")
+_ALGORITHMS = flags.DEFINE_list("algorithms", ["pflego", "fedavg"], "Algorithms profiled.")
+_ROUNDS = flags.DEFINE_integer("rounds", 10, "Timed rounds per algorithm.")
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "Prepared data (default: data/).")
+CORES = 2
+
+
+def count_intrinsics(computation) -> collections.Counter:
+  """Federated intrinsics referenced in `computation`, by URI (TF graphs not entered)."""
+  from tensorflow_federated.python.core.impl.computation import computation_impl
+  counts = collections.Counter()
+  leaves = ("tensorflow", "tensorflow_function", "xla", "data", "literal")
+
+  def walk(message) -> None:
+    if message.DESCRIPTOR.full_name == "tensorflow_federated.v0.Computation":
+      kind = message.WhichOneof("computation")
+      if kind == "intrinsic":
+        counts[message.intrinsic.uri] += 1
+      if kind in leaves or kind == "intrinsic":
+        return
+    for field, value in message.ListFields():
+      if field.message_type is not None:
+        for v in (value if field.label == field.LABEL_REPEATED else [value]):
+          walk(v)
+
+  walk(computation_impl.ConcreteComputation.get_proto(computation))
+  return counts
+
+
+def intrinsic_cost(num_clients: int = 20, repeats: int = 10) -> dict:
+  """Seconds for one federated_sum, and one federated_map + federated_sum, of a scalar
+  over `num_clients` clients (the difference of 9 and 1 of them, / 8)."""
+  import tensorflow_federated as tff
+
+  @tff.tensorflow.computation(np.float32)
+  def add_one(x):
+    return x + 1.0
+
+  def build(k: int, mapped: bool):
+    @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+    def sums(x):
+      return [tff.federated_sum(tff.federated_map(add_one, x) if mapped else x)
+              for _ in range(k)]
+    return sums
+
+  values = [np.float32(i) for i in range(num_clients)]
+  result = {}
+  for mapped in (False, True):
+    times = {}
+    for k in (1, 9):
+      computation = build(k, mapped)
+      computation(values)
+      start = time.monotonic()
+      for _ in range(repeats):
+        computation(values)
+      times[k] = (time.monotonic() - start) / repeats
+    result["map_and_sum_s" if mapped else "sum_s"] = (times[9] - times[1]) / 8
+  return result
+
+
+def profile(names: list[str], rounds: int) -> dict:
+  from tff_pflego import experiment
+  from tff_pflego.training.client_store import ClientStateStore
+
+  runs, data, sampler = {}, None, None
+  for name in names:
+    prepared, algorithm = experiment.prepare_training("fashion_mnist", name,
+                                                      _DATA_DIR.value)
+    data, sampler = prepared.data, sampler or prepared.sampler
+    runs[name] = dict(algorithm=algorithm, state=algorithm.process.initialize(),
+                      store=ClientStateStore(lambda i, a=algorithm: a.initial_client_state(
+                          i, int(data.num_classes[i]))),
+                      round_s=[], read_s=[], compute_s=[], slowest_s=[])
+  for round_index in range(rounds + 1):
+    chosen = sampler.sample()
+    ids = [data.client_ids[i] for i in chosen]
+    for run in runs.values():
+      start = time.monotonic()
+      run["state"], states, metrics = run["algorithm"].process.next(
+          run["state"], ids, run["store"].get(chosen))
+      elapsed = time.monotonic() - start
+      run["store"].update(states, chosen)
+      if round_index == 0:
+        continue
+      whole = [float(c["client_time_s"]) for c in metrics["clients"]]
+      compute = [float(c["client_compute_s"]) for c in metrics["clients"]]
+      run["round_s"].append(elapsed)
+      run["read_s"].append(sum(w - c for w, c in zip(whole, compute)))
+      run["compute_s"].append(sum(compute))
+      run["slowest_s"].append(max(whole))
+  results = {}
+  for name, run in runs.items():
+    intrinsics = count_intrinsics(run["algorithm"].process.next)
+    median = {k: float(np.median(run[k])) for k in ("round_s", "read_s", "compute_s",
+                                                     "slowest_s")}
+    results[name] = dict(
+        rounds=rounds, clients_per_round=len(ids), **median,
+        clients_busy_per_core_s=(median["read_s"] + median["compute_s"]) / CORES,
+        outside_clients_s=median["round_s"] - median["slowest_s"],
+        intrinsics=dict(intrinsics), num_intrinsics=int(sum(intrinsics.values())))
+  return results
+
+
+def main(argv) -> None:
+  from tff_pflego import runtime
+
+  os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
+  with runtime.local_execution_context(
+      log_path=os.path.join(_OUTPUT_DIR.value, "tff_worker_profile.log")):
+    results = dict(algorithms=profile(_ALGORITHMS.value, _ROUNDS.value),
+                   one_intrinsic_over_20_clients=intrinsic_cost())
+  with open(os.path.join(_OUTPUT_DIR.value, "round_profile.json"), "w") as f:
+    json.dump(results, f, indent=1)
+  cost = results["one_intrinsic_over_20_clients"]
+  print(f"one intrinsic over 20 clients: federated_sum {1000 * cost['sum_s']:.1f} ms, "
+        f"federated_map + federated_sum {1000 * cost['map_and_sum_s']:.1f} ms")
+  print(f"{'algorithm':9s} {'round':>7s} {'slowest':>8s} {'outside':>8s} "
+        f"{'read/2':>7s} {'compute/2':>9s} {'intrinsics':>10s}   (seconds, medians)")
+  for name, r in results["algorithms"].items():
+    print(f"{name:9s} {r['round_s']:7.3f} {r['slowest_s']:8.3f} "
+          f"{r['outside_clients_s']:8.3f} {r['read_s'] / CORES:7.3f} "
+          f"{r['compute_s'] / CORES:9.3f} {r['num_intrinsics']:10d}")
+    print(f"          intrinsics: " + ", ".join(f"{k} {v}" for k, v in
+                                                  sorted(r["intrinsics"].items())))
+  print(f"wrote {_OUTPUT_DIR.value}/round_profile.json")
+
+
+if __name__ == "__main__":
+  cli.run_main(main)
