@@ -3,17 +3,18 @@ r"""Where one round's wall time goes: a profile of PFLEGO's and FedAvg's rounds.
   python binaries/profile_round.py --output_dir=docs
 
 For each algorithm at the paper's Fashion-MNIST High-Pers setting (I = 100, r = 20,
-tau = 50), on the same sampled clients, rounds alternating, the first untimed:
+tau = 50), on the same sampled clients, rounds alternating, the first untimed, twice:
+with the clients in parallel (as every run executes them: the round a user waits for),
+and one client computation at a time, where each client's in-graph timestamps are its
+own and the round splits into
 
-  round            wall time of `next`, as the driver calls it
-  clients          per client, from the in-graph timestamps of its computation: reading
-                   its data, and computing from its data in memory to the end; the
-                   slowest client's whole time, and the sum over clients / 2 cores
+  data             sum over clients of reading its data (files -> one batch in memory)
+  compute          sum over clients of its computation from its data in memory to the end
+  outside clients  round - sum of the clients' whole times: broadcast, aggregation, the
+                   server optimizer, metrics, and moving values between driver and worker
   intrinsics       the federated intrinsics in `next` (counted in its computation), and
-                   the measured cost of one intrinsic over 20 clients in this runtime
-                   (a federated_sum of a scalar, and a federated_map then sum)
-  outside clients  round - slowest client: broadcast, aggregation, the server optimizer,
-                   metrics and moving values between driver and worker
+                   the measured cost of one over 20 clients in this runtime (a
+                   federated_sum of a scalar; a federated_map then sum)
 
 Writes round_profile.json and prints a table (docs/round_profile.md quotes it).
 """
@@ -35,7 +36,6 @@ _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/profile_round", "Where res
 _ALGORITHMS = flags.DEFINE_list("algorithms", ["pflego", "fedavg"], "Algorithms profiled.")
 _ROUNDS = flags.DEFINE_integer("rounds", 10, "Timed rounds per algorithm.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Prepared data (default: data/).")
-CORES = 2
 
 
 def count_intrinsics(computation) -> collections.Counter:
@@ -92,6 +92,7 @@ def intrinsic_cost(num_clients: int = 20, repeats: int = 10) -> dict:
 
 
 def profile(names: list[str], rounds: int) -> dict:
+  """Medians over `rounds` rounds of each algorithm in the current context."""
   from tff_pflego import experiment
   from tff_pflego.training.client_store import ClientStateStore
 
@@ -103,7 +104,7 @@ def profile(names: list[str], rounds: int) -> dict:
     runs[name] = dict(algorithm=algorithm, state=algorithm.process.initialize(),
                       store=ClientStateStore(lambda i, a=algorithm: a.initial_client_state(
                           i, int(data.num_classes[i]))),
-                      round_s=[], read_s=[], compute_s=[], slowest_s=[])
+                      round_s=[], data_s=[], compute_s=[])
   for round_index in range(rounds + 1):
     chosen = sampler.sample()
     ids = [data.client_ids[i] for i in chosen]
@@ -118,19 +119,17 @@ def profile(names: list[str], rounds: int) -> dict:
       whole = [float(c["client_time_s"]) for c in metrics["clients"]]
       compute = [float(c["client_compute_s"]) for c in metrics["clients"]]
       run["round_s"].append(elapsed)
-      run["read_s"].append(sum(w - c for w, c in zip(whole, compute)))
+      run["data_s"].append(sum(whole) - sum(compute))
       run["compute_s"].append(sum(compute))
-      run["slowest_s"].append(max(whole))
   results = {}
   for name, run in runs.items():
+    median = {k: float(np.median(run[k])) for k in ("round_s", "data_s", "compute_s")}
+    median["outside_clients_s"] = float(np.median(
+        [r - d - c for r, d, c in zip(run["round_s"], run["data_s"], run["compute_s"])]))
     intrinsics = count_intrinsics(run["algorithm"].process.next)
-    median = {k: float(np.median(run[k])) for k in ("round_s", "read_s", "compute_s",
-                                                     "slowest_s")}
-    results[name] = dict(
-        rounds=rounds, clients_per_round=len(ids), **median,
-        clients_busy_per_core_s=(median["read_s"] + median["compute_s"]) / CORES,
-        outside_clients_s=median["round_s"] - median["slowest_s"],
-        intrinsics=dict(intrinsics), num_intrinsics=int(sum(intrinsics.values())))
+    results[name] = dict(rounds=rounds, clients_per_round=len(ids), **median,
+                         intrinsics=dict(intrinsics),
+                         num_intrinsics=int(sum(intrinsics.values())))
   return results
 
 
@@ -138,23 +137,27 @@ def main(argv) -> None:
   from tff_pflego import runtime
 
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
-  with runtime.local_execution_context(
-      log_path=os.path.join(_OUTPUT_DIR.value, "tff_worker_profile.log")):
-    results = dict(algorithms=profile(_ALGORITHMS.value, _ROUNDS.value),
-                   one_intrinsic_over_20_clients=intrinsic_cost())
+  results = {}
+  for mode, calls in (("parallel", -1), ("one_client_at_a_time", 1)):
+    with runtime.local_execution_context(
+        log_path=os.path.join(_OUTPUT_DIR.value, f"tff_worker_{mode}.log"),
+        max_concurrent_computation_calls=calls):
+      results[mode] = profile(_ALGORITHMS.value, _ROUNDS.value)
+      if mode == "parallel":
+        results["one_intrinsic_over_20_clients"] = intrinsic_cost()
   with open(os.path.join(_OUTPUT_DIR.value, "round_profile.json"), "w") as f:
     json.dump(results, f, indent=1)
   cost = results["one_intrinsic_over_20_clients"]
   print(f"one intrinsic over 20 clients: federated_sum {1000 * cost['sum_s']:.1f} ms, "
         f"federated_map + federated_sum {1000 * cost['map_and_sum_s']:.1f} ms")
-  print(f"{'algorithm':9s} {'round':>7s} {'slowest':>8s} {'outside':>8s} "
-        f"{'read/2':>7s} {'compute/2':>9s} {'intrinsics':>10s}   (seconds, medians)")
-  for name, r in results["algorithms"].items():
-    print(f"{name:9s} {r['round_s']:7.3f} {r['slowest_s']:8.3f} "
-          f"{r['outside_clients_s']:8.3f} {r['read_s'] / CORES:7.3f} "
-          f"{r['compute_s'] / CORES:9.3f} {r['num_intrinsics']:10d}")
-    print(f"          intrinsics: " + ", ".join(f"{k} {v}" for k, v in
-                                                  sorted(r["intrinsics"].items())))
+  print(f"{'algorithm':9s} {'round':>7s} | one client at a time: {'round':>7s} {'data':>7s} "
+        f"{'compute':>8s} {'outside':>8s} | intrinsics   (seconds, medians)")
+  for name, parallel in results["parallel"].items():
+    r = results["one_client_at_a_time"][name]
+    print(f"{name:9s} {parallel['round_s']:7.3f} | {'':21s} {r['round_s']:7.3f} "
+          f"{r['data_s']:7.3f} {r['compute_s']:8.3f} {r['outside_clients_s']:8.3f} | "
+          f"{r['num_intrinsics']}: " + ", ".join(
+              f"{k} {v}" for k, v in sorted(r["intrinsics"].items())))
   print(f"wrote {_OUTPUT_DIR.value}/round_profile.json")
 
 

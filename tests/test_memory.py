@@ -64,3 +64,19 @@ def test_worker_memory_stays_flat_over_hundreds_of_rounds(tmp_path, monkeypatch)
   print(f"worker RSS (MB) by round: {rss_mb}")
   assert growth < MARGIN_MB, (f"worker grew {growth:.0f} MB from round {WARMUP_ROUNDS} "
                               f"to {ROUNDS} ({rss_mb})")
+
+
+def test_worker_starts_with_two_malloc_arenas_unless_the_user_chose(monkeypatch):
+  def arenas_of_a_started_worker() -> str:
+    worker = runtime.WorkerProcess()
+    try:
+      with open(f"/proc/{worker.pid}/environ", "rb") as f:
+        env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+      return env.get(b"MALLOC_ARENA_MAX", b"").decode()
+    finally:
+      worker.stop()
+
+  monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+  assert arenas_of_a_started_worker() == runtime.WORKER_MALLOC_ARENAS
+  monkeypatch.setenv("MALLOC_ARENA_MAX", "6")
+  assert arenas_of_a_started_worker() == "6"

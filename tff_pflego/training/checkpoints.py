@@ -20,7 +20,6 @@ or that was written by another model or other settings, raises `CheckpointError`
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import dataclasses
 import json
@@ -32,6 +31,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_pflego.errors import UserError
+from tff_pflego.training import program_io
 
 FORMAT = "tff_pflego/checkpoint/v1"
 PREFIX = "round_"
@@ -78,7 +78,7 @@ class CheckpointManager:
     """Rounds with a checkpoint on disk, oldest first."""
     if not os.path.isdir(self.root_dir):
       return []
-    return asyncio.run(self._manager.get_versions()) or []
+    return program_io.run(self._manager.get_versions()) or []
 
   def latest_round(self) -> Optional[int]:
     rounds = self.rounds()
@@ -89,14 +89,14 @@ class CheckpointManager:
     path = os.path.join(self.root_dir, f"{PREFIX}{run.round_num}")
     if os.path.exists(path):  # re-saved after a resume: same round, same contents
       tf.io.gfile.rmtree(path)
-    asyncio.run(self._manager.save(self._program_state(run), run.round_num))
+    program_io.run(self._manager.save(self._program_state(run), run.round_num))
 
   def load_latest(self) -> RunState:
     """The newest checkpoint (`FileProgramStateManager.load_latest`), checked to belong
     to this run."""
     template = self._program_state(RunState(0, self._server_template, {}, {}))
     try:
-      raw, round_num = asyncio.run(self._manager.load_latest(template))
+      raw, round_num = program_io.run(self._manager.load_latest(template))
     except Exception as e:  # pylint: disable=broad-except
       path = os.path.join(self.root_dir, f"{PREFIX}{self.latest_round()}")
       raise CheckpointError(

@@ -22,6 +22,7 @@ from typing import Mapping, Optional
 import tensorflow_federated as tff
 
 from tff_pflego.files import plain
+from tff_pflego.training import program_io
 
 METRICS_FILE = "metrics.csv"
 ROUNDS_FILE = "rounds.csv"
@@ -110,12 +111,12 @@ class RunReleaser:
   def release_round(self, round_num: int, row: Mapping) -> None:
     value = {k: plain(v) for k, v in row.items() if k != KEY}
     self._rounds.append(round_num, value)
-    asyncio.run(self._tensorboard.release({"round": value}, round_num))
+    program_io.run(self._tensorboard.release({"round": value}, round_num))
 
   def release_evaluation(self, round_num: int, row: Mapping) -> None:
     value = {k: plain(v) for k, v in row.items() if k != KEY}
     self._metrics.append(round_num, value)
-    asyncio.run(self._gather(
+    program_io.run(self._gather(
         self._tensorboard.release({"eval": value}, round_num),
         self._log.release({"eval": value}, round_num)))
 
