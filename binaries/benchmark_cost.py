@@ -113,10 +113,11 @@ def plot(path: str, results: dict) -> None:
                   ha="center", va="bottom")
     title = f"{body} body ({result['dataset']}), tau = 50"
     if "fedavg" in result.get("round_time", {}):
-      title += (f"\nmedian round, clients in parallel: FedAvg / PFLEGO = "
-                f"{result['round_time']['fedavg']['vs_reference']:.1f}x "
-                f"(goal {result['round_time_goal']:g})")
-    ax.set(title=title, ylabel="client compute time per round (s), data in memory")
+      title += (f"\nmedian round (clients in parallel): FedAvg / PFLEGO "
+                f"{result['round_time']['fedavg']['vs_reference']:.1f}x, "
+                f"goal {result['round_time_goal']:g}")
+    ax.set_title(title, fontsize=10)
+    ax.set(ylabel="client compute per round (s), data in memory")
     ax.grid(axis="y", alpha=0.3)
   fig.suptitle("Client cost per round, the same clients (lower is better)")
   fig.savefig(path, dpi=120)
