@@ -29,7 +29,6 @@ from __future__ import annotations
 # First: sets the logging defaults and a one-line Ctrl-C before TensorFlow loads.
 from tff_pflego import cli  # pylint: disable=g-bad-import-order
 
-import collections
 import dataclasses
 import json
 import os
@@ -77,10 +76,9 @@ class PeakMemory:
 
 
 def _population(data, prepared, size: int, clients_per_round: int):
-  """(algorithm, client ids, sampler, num_classes) of the first `size` clients."""
-  import tensorflow_federated as tff
+  """(algorithm, client ids, sampler) of a population of the first `size` clients."""
   from tff_pflego.data import federated
-  from tff_pflego.data.client_data import ClientDataComputations
+  from tff_pflego.data.client_data import client_data_computations
   from tff_pflego.experiment import training_algorithm
   from tff_pflego.training.sampling import ClientSampler
 
@@ -90,18 +88,12 @@ def _population(data, prepared, size: int, clients_per_round: int):
     parts[part] = federated.ClientFiles(dict(zip(ids, data.client_files[part][:size])),
                                         data.read_client_files)
 
-  @tff.tensorflow.computation(np.str_)
-  def train_and_test(client_id):
-    return collections.OrderedDict(train=parts["train"].serializable_dataset_fn(client_id),
-                                   test=parts["test"].serializable_dataset_fn(client_id))
-
   sampler = ClientSampler(size, clients_per_round=clients_per_round, seed=0)
   config = dataclasses.replace(
       prepared.algorithm_config, participation_prob=sampler.participation_prob,
       total_examples=int(data.num_train_examples[:size].sum()))
   algorithm = training_algorithm(
-      "pflego", config, ClientDataComputations(parts["train"].dataset_computation,
-                                               train_and_test))
+      "pflego", config, client_data_computations(parts["train"], parts["test"]))
   return algorithm, ids, sampler
 
 

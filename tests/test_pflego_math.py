@@ -41,6 +41,13 @@ def test_full_participation_round_is_one_full_batch_gd_step(local_steps):
     np.testing.assert_array_equal(head["kernel"][:, k:], states[i]["head"]["kernel"][:, k:])
   assert int(new_state.round_num) == 1
   assert float(metrics["train"]["num_examples"]) == sum(SIZES)
+  # The round's train metrics: example-weighted means of the clients' own values.
+  clients = sorted(metrics["clients"], key=lambda c: int(c["client_index"]))
+  n = np.array([float(c["num_examples"]) for c in clients])
+  for name in ("loss", "accuracy"):
+    want = np.dot(n, [float(c[name]) for c in clients]) / n.sum()
+    np.testing.assert_allclose(float(metrics["train"][name]), want, rtol=1e-6)
+  assert int(metrics["train"]["num_clients"]) == len(SIZES)
 
 
 def test_fixed_participation_estimator_is_unbiased_over_all_subsets():

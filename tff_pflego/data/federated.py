@@ -15,7 +15,6 @@ Each element of a client dataset is a batch `{"x": float32 [n, H, W, C] in [0, 1
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 import logging
@@ -29,7 +28,7 @@ import tensorflow_datasets as tfds
 import tensorflow_federated as tff
 
 from tff_pflego import files
-from tff_pflego.data.client_data import ClientDataComputations
+from tff_pflego.data.client_data import ClientDataComputations, client_data_computations
 from tff_pflego.data import partition as partition_lib
 from tff_pflego.data import provenance, sources
 from tff_pflego.errors import UserError
@@ -136,25 +135,9 @@ class FederatedData:
     return np.array([len(c) for c in self.partition.class_sets], np.int64)
 
   @property
-  def train_and_test_computation(self) -> tff.Computation:
-    """A TFF computation: client id -> OrderedDict(train=dataset, test=dataset).
-
-    For processes that evaluate each client's local model on its test data right after
-    its update, inside the round (`PersonalizedAlgorithm.evaluates_in_round`).
-    """
-    train_fn, test_fn = self.train.serializable_dataset_fn, self.test.serializable_dataset_fn
-
-    @tff.tensorflow.computation(np.str_)
-    def train_and_test(client_id):
-      return collections.OrderedDict(train=train_fn(client_id), test=test_fn(client_id))
-
-    return train_and_test
-
-  @property
   def client_data_computations(self) -> ClientDataComputations:
     """client id -> data computations, for processes whose `next` takes client ids."""
-    return ClientDataComputations(self.train.dataset_computation,
-                                              self.train_and_test_computation)
+    return client_data_computations(self.train, self.test)
 
   def client_arrays(self, index: int, part: str = "train") -> tuple[np.ndarray, np.ndarray]:
     """One client's full batch as numpy (x, y): for tests and plain-TF baselines."""

@@ -140,7 +140,7 @@ def _process_on_client_ids(algorithm: PersonalizedAlgorithm, data: FederatedData
   if algorithm.takes_client_ids:
     return algorithm.process
   if algorithm.evaluates_in_round:
-    return composition.compose_with_client_ids(data.train_and_test_computation,
+    return composition.compose_with_client_ids(data.client_data_computations.train_and_test,
                                                algorithm.process)
   return tff.simulation.compose_dataset_computation_with_iterative_process(
       data.train.dataset_computation, algorithm.process)
