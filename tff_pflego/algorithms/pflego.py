@@ -9,7 +9,9 @@ One round (Algorithm 1 of the paper), with q = P(i in I_t) = r / I:
   client work   Phi_i = phi(X_i; theta_{t-1})                  (1 body forward pass)
                 tau - 1 times: W_i <- W_i - beta grad_W l_i(W_i; Phi_i)  (no body pass;
                   or monotone GD, which never increases l_i)
-                g_W, g_i = grad_{W, theta} l_i(W_i, theta_{t-1})  (1 forward + 1 backward)
+                g_W, g_i = grad_{W, theta} l_i(W_i, theta_{t-1})  (1 backward pass: the
+                  paper's second forward pass is at the same theta_{t-1}, so it is
+                  Phi_i, recorded once on the tape)
                 W_i <- W_i - rho (1/q) alpha_i g_W       (exact SGD, eq. 5; default)
                   or W_i <- W_i - rho (1/q) g_W          (paper eq. 3 / reference code)
                 sends g_i and N_i.
@@ -127,13 +129,16 @@ def make_client_update(body: tf.keras.Model, counter: instrumentation.BodyPassCo
     num_examples = tf.cast(tf.shape(y)[0], tf.float32)
     mask = heads.class_mask(client_state["num_classes"], max_classes)
 
-    cached_features = counter.counted_call(body, x)
-    head = head_gradient_steps(cached_features, y, client_state["head"], mask,
-                                      local_steps - 1, client_lr, head_optimizer)
     with tf.GradientTape() as tape:
+      features = counter.counted_call(body, x)
+      # theta does not move while the head does, so the joint gradient's forward pass
+      # at theta_{t-1} is this one: the head-only steps run on it unrecorded.
+      with tape.stop_recording():
+        head = head_gradient_steps(features, y, client_state["head"], mask,
+                                   local_steps - 1, client_lr, head_optimizer)
       tape.watch(head)
       loss, accuracy = heads.head_loss_and_accuracy(
-          counter.counted_call(body, x), y, head["kernel"], head["bias"], mask)
+          features, y, head["kernel"], head["bias"], mask)
     body_grads, head_grads = tape.gradient(loss, (body.trainable_variables, head))
 
     step = head_scale * (num_examples / total_examples if head_step == "exact" else 1.0)
