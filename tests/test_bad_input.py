@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -76,6 +77,24 @@ def _a_file(ctx: Ctx) -> str:
   with open(path, "w") as f:
     f.write("not a directory")
   return path
+
+
+def _manifest(ctx: Ctx, edit: Callable[[dict], None] = lambda m: None,
+              keep_fingerprint: bool = False) -> str:
+  """The finished run's partition.json, edited, written beside the case."""
+  with open(os.path.join(ctx.run_dir, "partition.json")) as f:
+    manifest = json.load(f)
+  edit(manifest)
+  if not keep_fingerprint:
+    manifest.pop("partition_fingerprint")
+  path = os.path.join(ctx.tmp, "manifest.json")
+  with open(path, "w") as f:
+    json.dump(manifest, f)
+  return path
+
+
+def _clients(edit: Callable[[list], None]) -> Callable[[dict], None]:
+  return lambda manifest: edit(manifest["clients"])
 
 
 CASES = [
@@ -150,6 +169,43 @@ CASES = [
          "is damaged"),
     Case("a client with no examples", lambda c: c.tiny(num_clients=7000),
          "get no test examples; use fewer clients"),
+    Case("unknown partition", lambda c: c.tiny(partition="iid"),
+         "--partition=iid: value should be one of", setting="partition"),
+    Case("unknown class assignment", lambda c: c.tiny(class_assignment="greedy"),
+         "--class_assignment=greedy", setting="class_assignment"),
+    Case("dirichlet alpha = 0", lambda c: c.tiny(partition="dirichlet", dirichlet_alpha=0),
+         "--dirichlet_alpha must be > 0", setting="dirichlet_alpha"),
+    Case("dirichlet on Omniglot", lambda c: c.tiny(dataset="omniglot", num_clients=5,
+                                                   partition="dirichlet"),
+         "is split one alphabet per client"),
+    Case("partition file and an assignment",
+         lambda c: c.tiny(partition_file=_manifest(c), class_assignment="independent"),
+         "give --partition_file or --partition / --class_assignment, not both"),
+    Case("partition file missing", lambda c: c.tiny(partition_file=c.tmp + "/none.json"),
+         "No such file or directory"),
+    Case("partition file not JSON", lambda c: c.tiny(partition_file=_a_file(c)),
+         "is not JSON"),
+    Case("partition file of another dataset",
+         lambda c: c.tiny(partition_file=_manifest(
+             c, lambda m: m.__setitem__("dataset", "mnist"))), "splits mnist, not"),
+    Case("partition file edited, fingerprint kept",
+         lambda c: c.tiny(partition_file=_manifest(
+             c, _clients(lambda cl: cl.pop()), keep_fingerprint=True)),
+         "does not match its own partition_fingerprint"),
+    Case("partition file with another client count",
+         lambda c: c.tiny(partition_file=_manifest(c), num_clients=4),
+         "--num_clients=4, but --partition_file"),
+    Case("partition file index out of range",
+         lambda c: c.tiny(partition_file=_manifest(
+             c, _clients(lambda cl: cl[1]["train_indices"].append(60000)))),
+         "client 1 of the manifest has train index 60000, outside split 'train'"),
+    Case("partition file class not held",
+         lambda c: c.tiny(partition_file=_manifest(
+             c, _clients(lambda cl: cl[2]["classes"].pop()))), "which it does not hold"),
+    Case("partition file empty client",
+         lambda c: c.tiny(partition_file=_manifest(
+             c, _clients(lambda cl: cl[0].__setitem__("test_indices", [])))),
+         "client 0 of the manifest has no test examples"),
     Case("run exists, no resume", lambda c: c.tiny(c.run_dir) + ["--noresume"],
          "already holds a run", protects_run=True),
     Case("checkpoint of other settings", lambda c: c.tiny(c.run_dir, seed=1),

@@ -174,3 +174,82 @@ def test_sampled_evaluation_standard_error_is_unbiased_over_every_sample():
   assert len(set(chosen)) == 10 and np.all(np.diff(chosen) > 0)
   np.testing.assert_array_equal(chosen, evaluation.evaluation_sample(100, 10, seed=0))
   np.testing.assert_array_equal(evaluation.evaluation_sample(5, None, 0), np.arange(5))
+
+
+REFIT = evaluation.HeadRefit(steps=4, learning_rate=0.5, optimizer="gd")
+
+
+def _refit_reference(weights, state, k, train, test):
+  """The refit protocol by hand: a Keras model of the client's K_i classes takes 4
+  head-only GD steps on its train data (features recomputed each step), then scores."""
+  model = helpers.head_presteps(weights.trainable, state["head"], k, *train, REFIT.steps,
+                                REFIT.learning_rate)
+  x, y = test
+  return dict(refit_train_loss=helpers.loss_fn(model, *train),
+              refit_test_loss=helpers.loss_fn(model, x, y),
+              refit_test_accuracy=np.mean(np.argmax(model(x).numpy(), -1) == y))
+
+
+def test_refit_evaluation_equals_head_steps_then_scoring_in_both_paths():
+  """Per client and in cohorts, the refit scores are those of the client's model after
+  tau - 1 head-only steps on the current body; the plain scores stay as they were."""
+  sizes, num_classes = (5, 1, 9, 3, 7, 2), (2, 3, 1, 3, 2, 3)
+  types = model_types(helpers.body_fn, helpers.IMAGE_SHAPE, MAX_CLASSES)
+  clients, read_files = _ragged_clients(sizes + sizes[::-1], num_classes * 2, seed=4)
+  train, test = clients[:len(sizes)], clients[len(sizes):]
+  weights = tf.nest.map_structure(
+      lambda v: v.numpy(), tff.learning.models.ModelWeights.from_model(helpers.body_fn()))
+  rng = np.random.default_rng(6)
+  states = helpers.client_states(num_classes, MAX_CLASSES, seed=6)
+  for state in states:
+    state["head"]["kernel"] = rng.normal(0, 0.3, state["head"]["kernel"].shape).astype(
+        np.float32)
+
+  cohort_eval = evaluation.build_cohort_evaluation(helpers.body_fn, types, read_files,
+                                                   path_dtype=np.int32, refit=REFIT)
+  files = dict(train=np.arange(6, dtype=np.int32), test=np.arange(6, 12, dtype=np.int32))
+  num_examples = dict(train=np.array(sizes), test=np.array(sizes[::-1]))
+  cohorts = [np.array([4, 0, 2]), np.array([5]), np.array([1, 3])]
+  in_cohorts = evaluation.per_client_table(evaluation.unstack_cohort_results(cohort_eval(
+      weights, [evaluation.cohort_input(files, num_examples, c) for c in cohorts],
+      [evaluation.stack_states([states[i] for i in c]) for c in cohorts])))
+
+  plain = evaluation.build_cohort_evaluation(helpers.body_fn, types, read_files,
+                                             path_dtype=np.int32)
+  without = evaluation.per_client_table(evaluation.unstack_cohort_results(plain(
+      weights, [evaluation.cohort_input(files, num_examples, c) for c in cohorts],
+      [evaluation.stack_states([states[i] for i in c]) for c in cohorts])))
+  for key in without:
+    np.testing.assert_allclose(in_cohorts[key], without[key], rtol=1e-6, err_msg=key)
+
+  for i, k in enumerate(num_classes):
+    want = _refit_reference(weights, states[i], k, train[i], test[i])
+    for key, value in want.items():
+      np.testing.assert_allclose(in_cohorts[key][i], value, rtol=2e-5, atol=1e-6,
+                                 err_msg=f"client {i} {key}")
+  several = np.array(num_classes) > 1  # K_i = 1: the loss is 0 whatever the head
+  assert np.all(in_cohorts["refit_train_loss"][several]
+                < in_cohorts["train_loss"][several] - 1e-3)  # the steps did something
+
+  summary = evaluation.summarize(in_cohorts)
+  alpha = np.array(sizes) / sum(sizes)
+  assert np.isclose(summary["train_loss_refit"], np.sum(alpha * in_cohorts["refit_train_loss"]))
+  assert np.isclose(summary["test_accuracy_refit_mean"],
+                    np.mean(in_cohorts["refit_test_accuracy"]))
+
+
+def test_refit_evaluation_per_client_equals_the_reference():
+  types = model_types(helpers.body_fn, helpers.IMAGE_SHAPE, MAX_CLASSES)
+  train = helpers.synthetic_clients(SIZES, NUM_CLASSES, seed=1)
+  test = helpers.synthetic_clients(SIZES, NUM_CLASSES, seed=2)
+  evaluate = evaluation.build_personalized_evaluation(
+      helpers.body_fn, types, _dataset_computation(types, train),
+      _dataset_computation(types, test), refit=REFIT)
+  weights = tf.nest.map_structure(
+      lambda v: v.numpy(), tff.learning.models.ModelWeights.from_model(helpers.body_fn()))
+  states = _random_states(seed=3)
+  table = evaluation.per_client_table(evaluate(weights, [0, 1, 2], states))
+  for i, k in enumerate(NUM_CLASSES):
+    for key, value in _refit_reference(weights, states[i], k, train[i], test[i]).items():
+      np.testing.assert_allclose(table[key][i], value, rtol=2e-5, atol=1e-6,
+                                 err_msg=f"client {i} {key}")

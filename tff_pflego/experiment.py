@@ -19,10 +19,11 @@ from tff_pflego.algorithms.api import AlgorithmConfig
 from tff_pflego.algorithms.registry import build_algorithm
 from tff_pflego.data import federated, load_federated_data, sources
 from tff_pflego.errors import UserError
-from tff_pflego.training import checkpoints, driver
+from tff_pflego.training import checkpoints, driver, evaluation
 from tff_pflego.training.sampling import ClientSampler
 
-RUN_FILES = ("metrics.csv", "rounds.csv", "summary.json", "clients.csv", "curves.png")
+RUN_FILES = ("metrics.csv", "rounds.csv", "summary.json", "clients.csv", "curves.png",
+             driver.PARTITION_FILE)
 
 
 def _setting(name: str):
@@ -40,6 +41,10 @@ class ExperimentConfig:
   dataset: str = _setting("dataset")
   algorithm: str = _setting("algorithm")
   personalization: str = _setting("personalization")
+  partition: str = _setting("partition")
+  class_assignment: str = _setting("class_assignment")
+  dirichlet_alpha: float = _setting("dirichlet_alpha")
+  partition_file: Optional[str] = _setting("partition_file")
   output_dir: str = _setting("output_dir")
   num_clients: Optional[int] = _setting("num_clients")
   clients_per_round: Optional[int] = _setting("clients_per_round")
@@ -55,6 +60,7 @@ class ExperimentConfig:
   eval_every: int = _setting("eval_every")
   eval_clients: Optional[int] = _setting("eval_clients")
   sampled_eval: bool = _setting("sampled_eval")
+  refit_eval: bool = _setting("refit_eval")
   data_dir: str = _setting("data_dir")
   raw_data_dir: str = _setting("raw_data_dir")
   overwrite: bool = _setting("overwrite")
@@ -77,6 +83,13 @@ def resolve(config: ExperimentConfig) -> ExperimentConfig:
   defaults = config_lib.paper_defaults(config.dataset, config.algorithm,
                                        config.personalization)
   c = dataclasses.replace(config)
+  scheme = partition_scheme(c)
+  if c.partition_file is not None:
+    _, file_partition = federated.read_partition_file(c.partition_file, c.dataset)
+    _check(c.num_clients in (None, file_partition.num_clients),
+           f"--num_clients={c.num_clients}, but --partition_file {c.partition_file} has "
+           f"{file_partition.num_clients} clients")
+    c.num_clients = file_partition.num_clients
   for field in ("num_clients", "rounds", "local_steps", "client_lr", "server_lr",
                 "server_optimizer", "prox_mu"):
     if getattr(c, field) is None:
@@ -99,7 +112,11 @@ def resolve(config: ExperimentConfig) -> ExperimentConfig:
   _check(len(set(c.workers)) == len(c.workers), "--workers lists a worker twice")
   _check(not (c.resume and c.overwrite), "give --resume or --overwrite, not both")
   try:
-    federated.check_partition(spec, c.personalization, c.num_clients)
+    scheme.check(spec)
+  except UserError as e:
+    raise UserError(f"{c.dataset}: {e}") from None
+  try:
+    federated.check_partition(spec, c.personalization, c.num_clients, scheme)
   except UserError as e:
     raise UserError(f"--num_clients={c.num_clients} on {c.dataset}, {c.personalization} "
                     f"personalization: {e}") from None
@@ -110,6 +127,12 @@ def resolve(config: ExperimentConfig) -> ExperimentConfig:
   if c.export_dir is not None:
     _check_creatable(c.export_dir, "--export_dir")
   return c
+
+
+def partition_scheme(c: ExperimentConfig) -> federated.PartitionScheme:
+  """The partition settings of `c` as one `federated.PartitionScheme`."""
+  return federated.PartitionScheme(c.partition, c.class_assignment, c.dirichlet_alpha,
+                                   c.partition_file)
 
 
 def has_checkpoint(output_dir: str) -> bool:
@@ -231,7 +254,7 @@ def prepare_training(dataset: str, algorithm: str, data_dir: Optional[str] = Non
 def prepare(c: ExperimentConfig) -> Prepared:
   """Data, sampler and algorithm settings of a resolved configuration."""
   data = load_federated_data(c.dataset, c.personalization, c.num_clients, c.seed,
-                             c.data_dir, c.raw_data_dir)
+                             c.data_dir, c.raw_data_dir, partition_scheme(c))
   sampler = ClientSampler(c.num_clients, clients_per_round=c.clients_per_round,
                           participation_prob=c.participation_prob,
                           dropout_prob=c.dropout_prob, seed=c.seed)
@@ -261,8 +284,9 @@ def run_experiment(config: ExperimentConfig) -> dict:
   """
   c = resolve(config)
   p = prepare(c)
+  scheme = p.data.provenance["partition_scheme"]
   metadata = dict(dataset=c.dataset, algorithm=c.algorithm,
-                  personalization=c.personalization,
+                  personalization=c.personalization, partition=scheme,
                   hyperparameters=dataclasses.asdict(p.algorithm_config) | dict(
                       num_clients=c.num_clients, clients_per_round=c.clients_per_round,
                       participation_prob_flag=c.participation_prob,
@@ -272,9 +296,13 @@ def run_experiment(config: ExperimentConfig) -> dict:
       rounds=c.rounds, output_dir=c.output_dir, eval_every=c.eval_every,
       sampled_eval=c.sampled_eval, eval_clients=c.eval_clients, seed=c.seed,
       progress=c.progress, metadata=metadata,
-      reference_accuracy=config_lib.PAPER_ACCURACY.get((c.dataset, c.algorithm, c.personalization)),
+      reference_accuracy=(  # the paper's figures are of its class partition
+          config_lib.PAPER_ACCURACY.get((c.dataset, c.algorithm, c.personalization))
+          if scheme["partition"] in ("classes", "alphabets") else None),
       checkpoint_every=c.checkpoint_every, resume=c.resume, fingerprint=p.fingerprint,
-      settings=dataclasses.asdict(c) | dict(workers=list(c.workers)))
+      settings=dataclasses.asdict(c) | dict(workers=list(c.workers)),
+      head_refit=evaluation.HeadRefit(c.local_steps - 1, c.client_lr, c.head_optimizer)
+      if c.refit_eval else None)
   _make_dir(c.output_dir, "--output_dir")  # only now: the run can start
   if not c.resume:  # a fresh run replaces the old one's checkpoints (--overwrite)
     if not c.overwrite and _existing_run_files(c.output_dir):

@@ -1,10 +1,11 @@
-"""The project's one JSON writer and its plain-number formatting."""
+"""The project's one JSON writer (and atomic file copy) and its plain-number formatting."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import shutil
 from typing import Any
 
 import numpy as np
@@ -31,4 +32,11 @@ def write_json(path: str, data: Any, indent: int = 1) -> None:
   with open(tmp, "w") as f:
     json.dump(data, f, indent=indent, default=plain)
     f.write("\n")
+  os.replace(tmp, path)
+
+
+def copy_file(source: str, path: str) -> None:
+  """Copies `source` to `path` atomically (a reader sees the old file or the new one)."""
+  tmp = path + ".tmp"
+  shutil.copyfile(source, tmp)
   os.replace(tmp, path)

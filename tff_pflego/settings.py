@@ -18,7 +18,8 @@ import sys
 from typing import Any, Optional
 
 from tff_pflego import config
-from tff_pflego.data import sources
+from tff_pflego.data import federated, sources
+from tff_pflego.data import partition as partition_lib
 from tff_pflego.errors import UserError
 
 
@@ -82,6 +83,24 @@ def _settings() -> tuple[Setting, ...]:
               "Degree of personalization: high (2 classes per client), medium (half the "
               "classes) or none (all classes); the paper's K.",
               choices=config.PERSONALIZATIONS),
+      Setting("partition", str, "classes",
+              "How the data is split into clients: classes (the paper's: each client "
+              "holds --personalization's number of classes; Omniglot: one alphabet per "
+              "client) or dirichlet (each class spread over the clients in "
+              "Dirichlet(--dirichlet_alpha) proportions; K_i varies).",
+              choices=federated.PARTITIONS),
+      Setting("class_assignment", str, "balanced",
+              "--partition=classes: balanced (every class held by equally many clients) "
+              "or independent (each client draws its classes uniformly without "
+              "replacement, independently: the paper's reference code).",
+              choices=partition_lib.CLASS_ASSIGNMENTS),
+      Setting("dirichlet_alpha", float, 0.5,
+              "--partition=dirichlet: concentration alpha (smaller: fewer classes per "
+              "client).", above=0),
+      Setting("partition_file", str, None,
+              "Train on the partition in this manifest (an earlier run's partition.json, "
+              "or the same format from another tool) instead of drawing one; "
+              "--num_clients defaults to its client count."),
       Setting("num_clients", int, None, "Number of clients (I)."
               + _paper(_PAPER.num_clients) + " Omniglot: 50.", minimum=1),
       Setting("clients_per_round", int, None,
@@ -124,6 +143,11 @@ def _settings() -> tuple[Setting, ...]:
               "Evaluate a fixed seeded sample of N clients instead of all (large "
               "populations); the summary states the sample mean's standard error. "
               "Default: all clients.", minimum=1),
+      Setting("refit_eval", bool, True,
+              "Also evaluate every client after it refits its head on the current body "
+              "with the head-only steps (tau - 1 steps of rate --client_lr, "
+              "--head_optimizer): what a deployed client would see "
+              "(test_accuracy_refit_*)."),
       Setting("sampled_eval", bool, True,
               "Also evaluate each round's clients right after their update (the "
               "reference code's protocol: test_accuracy_sampled_pooled)."),

@@ -207,8 +207,97 @@ def client_file_paths(builder: tfds.core.DatasetBuilder, num_clients: int,
                    for i in range(num_clients)], dtype=object)
 
 
-def partition_name(dataset: str, personalization: str, num_clients: int, seed: int) -> str:
+PARTITIONS = ("classes", "dirichlet")
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionScheme:
+  """How a dataset is split into clients (`partition` module doc), as the settings
+  `--partition`, `--class_assignment`, `--dirichlet_alpha`, `--partition_file` say.
+
+  `partition="classes"` is the paper's class partition (Omniglot's: one alphabet per
+  client); `partition_file` replays a manifest instead of drawing a partition.
+  """
+  partition: str = "classes"
+  class_assignment: str = "balanced"
+  dirichlet_alpha: float = 0.5
+  partition_file: Optional[str] = None
+
+  def check(self, spec: sources.DatasetSpec) -> None:
+    """Raises UserError for a scheme `spec`'s data cannot take."""
+    if self.partition not in PARTITIONS:
+      raise UserError(f"--partition must be one of {', '.join(PARTITIONS)}, "
+                      f"got {self.partition!r}")
+    if self.class_assignment not in partition_lib.CLASS_ASSIGNMENTS:
+      raise UserError(f"--class_assignment must be one of "
+                      f"{', '.join(partition_lib.CLASS_ASSIGNMENTS)}, "
+                      f"got {self.class_assignment!r}")
+    drawn = self.partition != "classes" or self.class_assignment != "balanced"
+    if self.partition_file is not None and drawn:
+      raise UserError("give --partition_file or --partition / --class_assignment, "
+                      "not both")
+    if spec.partition == "alphabets" and drawn:
+      raise UserError(f"{spec.display_name} is split one alphabet per client; "
+                      "--partition and --class_assignment apply to class datasets")
+    if self.partition == "classes" and self.class_assignment == "balanced":
+      return
+    if self.partition == "dirichlet" and self.class_assignment != "balanced":
+      raise UserError("--class_assignment applies to --partition=classes, not dirichlet")
+
+  def record(self, spec: sources.DatasetSpec) -> dict:
+    """What a manifest and a run's summary say about the scheme."""
+    if self.partition_file is not None:
+      return dict(partition="file", partition_file=os.path.abspath(self.partition_file))
+    if spec.partition == "alphabets":
+      return dict(partition="alphabets")
+    if self.partition == "dirichlet":
+      return dict(partition="dirichlet", dirichlet_alpha=self.dirichlet_alpha)
+    return dict(partition="classes", class_assignment=self.class_assignment)
+
+
+def partition_name(dataset: str, personalization: str, num_clients: int, seed: int,
+                   scheme: PartitionScheme = PartitionScheme(),
+                   file_partition: Optional[partition_lib.ClientPartition] = None) -> str:
+  """The directory name of a partition's manifest and client files."""
+  if file_partition is not None:
+    content = provenance.sha256_json(file_partition.to_json())
+    return f"{dataset}_file{content[:16]}"
+  if scheme.partition == "dirichlet":
+    return f"{dataset}_dirichlet{scheme.dirichlet_alpha:g}_i{num_clients}_s{seed}"
+  if scheme.class_assignment == "independent":
+    return f"{dataset}_{personalization}_independent_i{num_clients}_s{seed}"
   return f"{dataset}_{personalization}_i{num_clients}_s{seed}"
+
+
+def read_partition_file(path: str, dataset: str) -> tuple[dict, partition_lib.ClientPartition]:
+  """A manifest written by an earlier run (its `partition.json`, or the manifest under
+  data_dir/partitions) or another tool in the same format, and its partition.
+
+  Raises UserError, naming the file, if it cannot be read, is malformed, names another
+  dataset, or records a fingerprint its content does not match (edited: drop
+  `partition_fingerprint` to use an edited manifest as a new partition). Whether it
+  fits the dataset's data is checked when its client files are built (`check_fits`).
+  """
+  try:
+    with open(path) as f:
+      manifest = json.load(f)
+  except OSError as e:
+    raise UserError(f"--partition_file {path}: {e.strerror}") from None
+  except ValueError as e:
+    raise UserError(f"--partition_file {path} is not JSON: {e}") from None
+  if not isinstance(manifest, dict):
+    raise UserError(f"--partition_file {path} is not a partition manifest (a JSON object)")
+  if manifest.get("dataset", dataset) != dataset:
+    raise UserError(f"--partition_file {path} splits {manifest['dataset']}, not {dataset}")
+  recorded = manifest.get("partition_fingerprint")
+  if recorded is not None and provenance.sha256_json(
+      {k: v for k, v in manifest.items() if k != "partition_fingerprint"}) != recorded:
+    raise UserError(f"--partition_file {path} does not match its own partition_fingerprint "
+                    "(edited or damaged; remove that field to use it as a new partition)")
+  try:
+    return manifest, partition_lib.ClientPartition.from_json(manifest)
+  except UserError as e:
+    raise UserError(f"--partition_file {path}: {e}") from None
 
 
 _TFRECORD_FRAMING_BYTES = 16  # length (8) + length CRC (4) + data CRC (4) per record
@@ -230,12 +319,15 @@ def _check_client_files(builder: tfds.core.DatasetBuilder, manifest_path: str) -
 
 
 def check_partition(spec: sources.DatasetSpec, personalization: str,
-                    num_clients: int) -> None:
+                    num_clients: int, scheme: PartitionScheme = PartitionScheme()) -> None:
   """Raises UserError if `spec`'s partition cannot give `num_clients` clients at this
-  degree; needs no data (whether each client gets test examples is checked once the
-  data is read)."""
+  degree with this scheme; needs no data (whether each client gets test examples is
+  checked once the data is read)."""
+  scheme.check(spec)
   if num_clients < 1:
     raise UserError(f"num_clients must be >= 1, got {num_clients}")
+  if scheme.partition_file is not None or scheme.partition == "dirichlet":
+    return
   if spec.partition == "classes":
     partition_lib.check_class_cover(
         num_clients, partition_lib.classes_per_client(personalization, spec.num_classes),
@@ -246,11 +338,14 @@ def check_partition(spec: sources.DatasetSpec, personalization: str,
 
 def load_federated_data(dataset: str, personalization: str, num_clients: int,
                         seed: int = 0, data_dir: str = sources.DEFAULT_DATA_DIR,
-                        raw_data_dir: str = sources.DEFAULT_RAW_DATA_DIR) -> FederatedData:
+                        raw_data_dir: str = sources.DEFAULT_RAW_DATA_DIR,
+                        scheme: PartitionScheme = PartitionScheme()) -> FederatedData:
   """Partitions `dataset` into `num_clients` clients (once) and serves them.
 
   The first call prepares the base dataset through TFDS, partitions it
-  (`tff_pflego.data.partition`), writes one TFRecord file per client and part and a
+  (`tff_pflego.data.partition`, as `scheme` says; with `scheme.partition_file`, the
+  partition that file holds, checked against the data, and `num_clients` must be its
+  client count), writes one TFRecord file per client and part and a
   manifest (`<data_dir>/partitions/<name>/manifest.json`); later calls read both back.
   The manifest names the fingerprint of the prepared data it split, and the client
   files the fingerprint of their manifest (`provenance`): a partition of other data
@@ -258,12 +353,23 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
   (an earlier version's), is rebuilt.
   """
   spec = sources.get_dataset_spec(dataset)
-  check_partition(spec, personalization, num_clients)
-  name = partition_name(dataset, personalization, num_clients, seed)
+  check_partition(spec, personalization, num_clients, scheme)
+  file_manifest = file_partition = None
+  if scheme.partition_file is not None:
+    file_manifest, file_partition = read_partition_file(scheme.partition_file, dataset)
+    if file_partition.num_clients != num_clients:
+      raise UserError(f"--partition_file {scheme.partition_file} has "
+                      f"{file_partition.num_clients} clients, not {num_clients}")
+  name = partition_name(dataset, personalization, num_clients, seed, scheme, file_partition)
   manifest_path = os.path.join(data_dir, "partitions", name, "manifest.json")
   builder_kwargs = dict(image_shape=spec.image_shape,
                         data_dir=os.path.join(data_dir, "tfds", "clients", name))
   prepared = sources.prepare(spec, data_dir, raw_data_dir)
+  recorded = (file_manifest or {}).get("provenance", {}).get("dataset_fingerprint")
+  if recorded not in (None, prepared.fingerprint):
+    raise UserError(f"--partition_file {scheme.partition_file} split other data "
+                    f"(dataset fingerprint {recorded[:12]}) than the prepared "
+                    f"{spec.display_name} ({prepared.fingerprint[:12]})")
   manifest = _verified_manifest(manifest_path, prepared.fingerprint,
                                 ClientSplits(**builder_kwargs).data_dir)
 
@@ -273,13 +379,22 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
   else:
     prepared = sources.load(spec, data_dir, raw_data_dir)
     arrays = prepared.arrays
-    if spec.partition == "classes":
-      partition = partition_lib.partition_by_classes(
-          arrays["train"].labels, arrays["test"].labels, num_clients,
-          partition_lib.classes_per_client(personalization, spec.num_classes), seed)
-    else:
+    if file_partition is not None:
+      file_partition.check_fits({split: a.labels for split, a in arrays.items()},
+                                spec.num_classes)
+      partition = file_partition
+    elif spec.partition == "alphabets":
       partition = partition_lib.partition_by_alphabet(
           arrays["drawings"].labels, arrays["drawings"].groups, num_clients, seed)
+    elif scheme.partition == "dirichlet":
+      partition = partition_lib.partition_by_dirichlet(
+          arrays["train"].labels, arrays["test"].labels, num_clients,
+          scheme.dirichlet_alpha, seed)
+    else:
+      partition = partition_lib.partition_by_classes(
+          arrays["train"].labels, arrays["test"].labels, num_clients,
+          partition_lib.classes_per_client(personalization, spec.num_classes), seed,
+          scheme.class_assignment)
     shutil.rmtree(os.path.dirname(manifest_path), ignore_errors=True)
     shutil.rmtree(builder_kwargs["data_dir"], ignore_errors=True)
     builder = ClientSplits(partition=partition, arrays_fn=lambda: arrays, **builder_kwargs)
@@ -287,7 +402,8 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
         compute_stats=tfds.download.ComputeStatsMode.SKIP))
     content = {"dataset": dataset, "personalization": personalization,
-               "num_clients": num_clients, "seed": seed, **partition.to_json(),
+               "num_clients": num_clients, "seed": seed, "scheme": scheme.record(spec),
+               **partition.to_json(),
                "provenance": dict(dataset_fingerprint=prepared.fingerprint,
                                   raw_files=prepared.record["raw_files"])}
     manifest = dict(content, partition_fingerprint=provenance.sha256_json(content))
@@ -306,6 +422,7 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
       raw_files_unknown=prepared.record.get("raw_files_unknown", []),
       dataset_fingerprint=prepared.fingerprint,
       partition_fingerprint=manifest["partition_fingerprint"])
+  data_provenance["partition_scheme"] = manifest.get("scheme", scheme.record(spec))
   return FederatedData(spec, personalization, seed, partition, train, test, manifest_path,
                        paths, read, data_provenance)
 

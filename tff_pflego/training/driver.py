@@ -51,6 +51,7 @@ CLIENT_FIELDS = ["client", "classes", "num_train", "num_test", "train_loss",
                  "train_accuracy", "test_loss", "test_accuracy"]
 CHECKPOINT_DIR = "checkpoints"
 CONFIG_FILE = "config.json"
+PARTITION_FILE = "partition.json"
 
 
 @dataclasses.dataclass
@@ -68,6 +69,8 @@ class RunConfig:
   resume: bool = True  # continue from the newest checkpoint in output_dir, if any
   fingerprint: dict = dataclasses.field(default_factory=dict)  # must match to resume
   settings: dict = dataclasses.field(default_factory=dict)  # saved as config.json
+  # Also score every client after it refits its head on the current body.
+  head_refit: Optional[evaluation.HeadRefit] = None
 
 
 def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: ClientSampler,
@@ -80,7 +83,7 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
   """
   process = _process_on_client_ids(algorithm, data)
   store = ClientStateStore(lambda i: algorithm.initial_client_state(i, data.num_classes[i]))
-  evaluate_clients = _client_evaluation(algorithm, data, store)
+  evaluate_clients = _client_evaluation(algorithm, data, store, config.head_refit)
   evaluated = evaluation.evaluation_sample(data.num_clients, config.eval_clients,
                                            config.seed)
   traffic = ledger.traffic_per_client(algorithm.broadcast_type, algorithm.update_type)
@@ -91,6 +94,8 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
   state = committed.server_state
   # Only now, with the checkpoint accepted, does the run touch its directory.
   files.write_json(os.path.join(config.output_dir, CONFIG_FILE), config.settings)
+  # The run's own copy of its partition: `--partition_file` replays it.
+  files.copy_file(data.manifest_path, os.path.join(config.output_dir, PARTITION_FILE))
   releaser = RunReleaser(config.output_dir, committed.round_num if resumed else None)
   saved_round = committed.round_num if resumed else None
   start = time.monotonic() - committed.elapsed_s
@@ -147,10 +152,11 @@ def _process_on_client_ids(algorithm: PersonalizedAlgorithm, data: FederatedData
 
 
 def _client_evaluation(algorithm: PersonalizedAlgorithm, data: FederatedData,
-                       store: ClientStateStore):
+                       store: ClientStateStore,
+                       refit: Optional[evaluation.HeadRefit] = None):
   """(server state, client indices) -> the clients' per-client evaluation table, with
   the clients' states in `store`."""
-  evaluate = build_client_evaluation(algorithm, data)
+  evaluate = build_client_evaluation(algorithm, data, refit)
 
   def evaluate_clients(server_state, indices) -> dict[str, np.ndarray]:
     states = algorithm.evaluation_states(server_state, store.get(indices))
@@ -232,21 +238,23 @@ def _save_unsaved(checkpoints: CheckpointManager, committed: RunState,
     logging.exception("could not save the checkpoint of round %d", committed.round_num)
 
 
-def build_client_evaluation(algorithm: PersonalizedAlgorithm, data: FederatedData):
+def build_client_evaluation(algorithm: PersonalizedAlgorithm, data: FederatedData,
+                            refit: Optional[evaluation.HeadRefit] = None):
   """(body weights, client indices, their states) -> per-client table.
 
   Clients sharing the body are scored in cohorts, one client computation per cohort
-  (`evaluation.build_cohort_evaluation`); personal bodies one client at a time.
+  (`evaluation.build_cohort_evaluation`); personal bodies one client at a time. With
+  `refit`, also after each client refits its head (`evaluation.HeadRefit`).
   """
   if algorithm.personal_body:
     per_client = evaluation.build_personalized_evaluation(
         algorithm.body_fn, algorithm.types, data.train.dataset_computation,
-        data.test.dataset_computation, personal_body=True)
+        data.test.dataset_computation, personal_body=True, refit=refit)
     return lambda weights, indices, states: evaluation.per_client_table(
         per_client(weights, [data.client_ids[i] for i in indices], states))
 
   cohorts = evaluation.build_cohort_evaluation(algorithm.body_fn, algorithm.types,
-                                               data.read_client_files)
+                                               data.read_client_files, refit=refit)
   num_examples = {part: data.num_examples(part) for part in evaluation.PARTS}
 
   def evaluate(weights, indices, states):
@@ -322,6 +330,10 @@ def _summary(config: RunConfig, history: list[dict], rounds: list[dict],
   final = {name: _final_mean(_column(evals, name)) for name in
            ("test_accuracy_mean", "test_accuracy_pooled", "test_accuracy_std",
             "test_accuracy_worst10", "train_loss")}
+  if config.head_refit is not None:
+    final |= {name: _final_mean(_column(evals, name)) for name in
+              ("test_accuracy_refit_mean", "test_accuracy_refit_pooled",
+               "train_loss_refit")}
   if config.eval_clients is not None:  # the sample mean's standard error
     final["test_accuracy_mean_se"] = _final_mean(_column(evals, "test_accuracy_mean_se"))
   sampled = [v for v in _column(rounds, "test_accuracy_sampled_pooled") if v == v]
@@ -348,6 +360,9 @@ def _summary(config: RunConfig, history: list[dict], rounds: list[dict],
           "test_accuracy_pooled": "all clients, pooled over test examples",
           "test_accuracy_sampled_pooled":
               "reference code: the round's clients right after their update, pooled",
+          "test_accuracy_refit_mean":
+              "all clients, each after refitting its head on the current body "
+              "(tau - 1 head-only steps, as a deployed client would), mean over clients",
           "window": _window_text(windows)},
       final_window=windows, paper_test_accuracy=config.reference_accuracy,
       evaluated_clients=(data.num_clients if config.eval_clients is None

@@ -12,39 +12,66 @@ example counts together with its `client_index`.
   test_accuracy_std     std over clients
   test_accuracy_worst10 mean of the worst ceil(I/10) clients
   train_loss            L(psi) = sum_i alpha_i l_i     (eq. 1)
+
+With a `HeadRefit` (the protocol a deployed client would see), every client first
+refits its head on the current body: W_i' = tau - 1 head-only steps from W_i on its
+cached train features (`pflego.head_gradient_steps`, the steps PFLEGO's clients take),
+then scores with W_i':
+  test_accuracy_refit_mean, test_accuracy_refit_pooled   as above, with W_i'
+  train_loss_refit      sum_i alpha_i l_i(W_i', theta)  (<= L(psi) with monotone_gd)
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_pflego.algorithms.model_types import BodyFn, ModelTypes
+from tff_pflego.algorithms.pflego import head_gradient_steps
 from tff_pflego.data.batching import full_batch
 from tff_pflego.models import assign_weights
 from tff_pflego.models import heads
-from tff_pflego.models.scoring import score_on_dataset
 
 # A vector of client files -> their examples, one file after another, in TF.
 FilesFn = Callable[[tf.Tensor], tf.data.Dataset]
 PARTS = ("train", "test")
 
 
+@dataclasses.dataclass(frozen=True)
+class HeadRefit:
+  """The head-only steps a client takes on the current body before it is scored
+  (module docstring): `steps` = tau - 1 of rate `learning_rate` (beta), `optimizer` as
+  `pflego.head_gradient_steps`."""
+  steps: int
+  learning_rate: float
+  optimizer: str
+
+  def refit(self, features: tf.Tensor, labels: tf.Tensor, head, mask: tf.Tensor):
+    return head_gradient_steps(features, labels, head, mask, self.steps,
+                               self.learning_rate, self.optimizer)
+
+
+REFIT_KEYS = ("refit_train_loss", "refit_test_loss", "refit_test_accuracy")
+
+
 def build_personalized_evaluation(body_fn: BodyFn, types: ModelTypes,
                                   train_dataset_computation: tff.Computation,
                                   test_dataset_computation: tff.Computation,
-                                  personal_body: bool = False) -> tff.Computation:
+                                  personal_body: bool = False,
+                                  refit: Optional[HeadRefit] = None) -> tff.Computation:
   """(weights@SERVER, ids@CLIENTS, client_states@CLIENTS) -> per-client metrics@CLIENTS.
 
   Each client reads its train and test data inside its own computation
   (`composition.with_client_data` says why). With `personal_body` the client states
   hold each client's own body (`PersonalizedAlgorithm.personal_body`), which replaces
-  the broadcast body's trainable weights.
+  the broadcast body's trainable weights. With `refit`, also the `REFIT_KEYS` scores
+  (module docstring).
   """
   id_type = train_dataset_computation.type_signature.parameter
 
@@ -62,9 +89,22 @@ def build_personalized_evaluation(body_fn: BodyFn, types: ModelTypes,
           variable.assign(value)
       mask = heads.class_mask(client_state["num_classes"], types.max_classes)
       results = collections.OrderedDict(client_index=client_state["client_index"])
+      parts = {}
       for part, data in (("train", train_data), ("test", test_data)):
-        (results[f"{part}_loss"], results[f"{part}_accuracy"],
-         results[f"num_{part}"]) = score_on_dataset(body, data, client_state["head"], mask)
+        batch = full_batch(data)
+        parts[part] = (body(batch["x"], training=False), batch["y"])
+        results[f"{part}_loss"], results[f"{part}_accuracy"] = heads.head_loss_and_accuracy(
+            *parts[part], client_state["head"]["kernel"], client_state["head"]["bias"],
+            mask)
+        results[f"num_{part}"] = tf.shape(batch["y"])[0]
+      if refit is not None:
+        head = refit.refit(*parts["train"], client_state["head"], mask)
+        for part in PARTS:
+          loss, accuracy = heads.head_loss_and_accuracy(*parts[part], head["kernel"],
+                                                        head["bias"], mask)
+          results[f"refit_{part}_loss"] = loss
+          if part == "test":
+            results["refit_test_accuracy"] = accuracy
       return results
 
     return evaluate(weights, train_data, test_data, client_state)
@@ -113,7 +153,8 @@ def cohort_input(files: dict[str, np.ndarray], num_examples: dict[str, np.ndarra
 
 
 def build_cohort_evaluation(body_fn: BodyFn, types: ModelTypes, read_files: FilesFn,
-                            path_dtype=np.str_) -> tff.Computation:
+                            path_dtype=np.str_,
+                            refit: Optional[HeadRefit] = None) -> tff.Computation:
   """(weights@SERVER, cohorts@CLIENTS, cohort states@CLIENTS) -> metrics@CLIENTS.
 
   The same per-client numbers as `build_personalized_evaluation`, with one client
@@ -126,7 +167,8 @@ def build_cohort_evaluation(body_fn: BodyFn, types: ModelTypes, read_files: File
   masked), and averages loss and accuracy per client. A cohort's states are its
   clients' states stacked along a first axis; the metrics come back the same way. For
   a shared body only (a client state with a personal body needs
-  `build_personalized_evaluation`).
+  `build_personalized_evaluation`). With `refit`, each client's head is refitted on
+  its own train features (one client after another) and the `REFIT_KEYS` scores added.
   """
   states_type = _stacked_type(types.client_state)
   cohorts_type = cohort_type(path_dtype)
@@ -135,32 +177,44 @@ def build_cohort_evaluation(body_fn: BodyFn, types: ModelTypes, read_files: File
   def evaluate_cohort(weights, cohort, states):
     body = body_fn()
 
+    def score(features, y, sizes, owner, head, num_classes):
+      """Per-client mean loss and accuracy, example n scored with head[owner[n]]."""
+      num_clients = tf.shape(sizes)[0]
+      logits = (tf.einsum("nm,nmk->nk", features, tf.gather(head["kernel"], owner))
+                + tf.gather(head["bias"], owner))
+      mask = heads.class_mask(tf.gather(num_classes, owner)[:, tf.newaxis],
+                              types.max_classes)
+      logits = tf.where(mask, logits, tf.constant(heads.MASKED_LOGIT, tf.float32))
+      loss = tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+      correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), y),
+                        tf.float32)
+      count = tf.cast(sizes, tf.float32)
+      return (tf.math.unsorted_segment_sum(loss, owner, num_clients) / count,
+              tf.math.unsorted_segment_sum(correct, owner, num_clients) / count)
+
     @tf.function
     def evaluate(weights, cohort, states):
       assign_weights(body, weights)
       num_clients = tf.shape(states["client_index"])[0]
       results = collections.OrderedDict(client_index=states["client_index"])
+      parts = {}
       for part in PARTS:
         batch = full_batch(read_files(cohort[f"{part}_files"]))
         x, y, sizes = batch["x"], batch["y"], cohort[f"num_{part}"]
         tf.debugging.assert_equal(tf.shape(y)[0], tf.reduce_sum(sizes), message=(
             f"the cohort's {part} files hold another number of examples than recorded"))
         owner = tf.repeat(tf.range(num_clients), sizes)
-        features = body(x, training=False)
-        logits = (tf.einsum("nm,nmk->nk", features, tf.gather(states["head"]["kernel"], owner))
-                  + tf.gather(states["head"]["bias"], owner))
-        mask = heads.class_mask(tf.gather(states["num_classes"], owner)[:, tf.newaxis],
-                                types.max_classes)
-        logits = tf.where(mask, logits, tf.constant(heads.MASKED_LOGIT, tf.float32))
-        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
-        correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), y),
-                          tf.float32)
-        count = tf.cast(sizes, tf.float32)
-        results[f"{part}_loss"] = tf.math.unsorted_segment_sum(
-            loss, owner, num_clients) / count
-        results[f"{part}_accuracy"] = tf.math.unsorted_segment_sum(
-            correct, owner, num_clients) / count
+        parts[part] = (body(x, training=False), y, sizes, owner)
+        results[f"{part}_loss"], results[f"{part}_accuracy"] = score(
+            *parts[part], states["head"], states["num_classes"])
         results[f"num_{part}"] = sizes
+      if refit is not None:
+        head = _refit_cohort(refit, *parts["train"][:3], states, types.max_classes)
+        for part in PARTS:
+          loss, accuracy = score(*parts[part], head, states["num_classes"])
+          results[f"refit_{part}_loss"] = loss
+          if part == "test":
+            results["refit_test_accuracy"] = accuracy
       return results
 
     return evaluate(weights, cohort, states)
@@ -173,6 +227,27 @@ def build_cohort_evaluation(body_fn: BodyFn, types: ModelTypes, read_files: File
                                                cohorts, cohort_states))
 
   return evaluate_cohorts
+
+
+def _refit_cohort(refit: HeadRefit, features: tf.Tensor, labels: tf.Tensor,
+                  sizes: tf.Tensor, states, max_classes: int):
+  """Every cohort client's head refitted on its own rows of `features` (the clients'
+  examples one client after another, `sizes` of them each); stacked like the states."""
+  starts = tf.cumsum(sizes, exclusive=True)
+  num_clients = tf.shape(sizes)[0]
+
+  def refit_one(c, kernels, biases):
+    rows = slice(starts[c], starts[c] + sizes[c])
+    head = refit.refit(features[rows], labels[rows],
+                       collections.OrderedDict(kernel=states["head"]["kernel"][c],
+                                               bias=states["head"]["bias"][c]),
+                       heads.class_mask(states["num_classes"][c], max_classes))
+    return c + 1, kernels.write(c, head["kernel"]), biases.write(c, head["bias"])
+
+  empty = lambda: tf.TensorArray(tf.float32, size=num_clients, infer_shape=True)
+  _, kernels, biases = tf.while_loop(lambda c, *_: c < num_clients, refit_one,
+                                     (tf.constant(0), empty(), empty()))
+  return collections.OrderedDict(kernel=kernels.stack(), bias=biases.stack())
 
 
 def plan_cohorts(num_examples: np.ndarray) -> list[np.ndarray]:
@@ -230,7 +305,7 @@ def summarize(table: dict[str, np.ndarray],
   num_train = table["num_train"].astype(np.float64)
   num_test = table["num_test"].astype(np.float64)
   worst = np.sort(accuracy)[:max(1, math.ceil(len(accuracy) / 10))]
-  return collections.OrderedDict(
+  summary = collections.OrderedDict(
       train_loss=float(np.sum(num_train * table["train_loss"]) / num_train.sum()),
       train_accuracy_mean=float(np.mean(table["train_accuracy"])),
       test_loss_mean=float(np.mean(table["test_loss"])),
@@ -238,7 +313,15 @@ def summarize(table: dict[str, np.ndarray],
       test_accuracy_pooled=float(np.sum(num_test * accuracy) / num_test.sum()),
       test_accuracy_std=float(accuracy.std()),
       test_accuracy_worst10=float(worst.mean()),
-  ) | _standard_error(accuracy, population)
+  )
+  if "refit_test_accuracy" in table:
+    refit = table["refit_test_accuracy"].astype(np.float64)
+    summary.update(
+        test_accuracy_refit_mean=float(refit.mean()),
+        test_accuracy_refit_pooled=float(np.sum(num_test * refit) / num_test.sum()),
+        train_loss_refit=float(np.sum(num_train * table["refit_train_loss"])
+                               / num_train.sum()))
+  return summary | _standard_error(accuracy, population)
 
 
 def _standard_error(accuracy: np.ndarray, population: int | None) -> dict:
