@@ -106,31 +106,47 @@ def _ragged_clients(sizes, num_classes, seed):
   return clients, read_files
 
 
+class _CohortCase:
+  """Clients of 1 to 9 examples and K_i = 1..3 with random heads, their train and test
+  "files" read by one reader (ids 0..5 and 6..11), cut into shuffled cohorts, one of
+  one client."""
+  sizes, num_classes = (5, 1, 9, 3, 7, 2), (2, 3, 1, 3, 2, 3)
+  cohorts = [np.array([4, 0, 2]), np.array([5]), np.array([1, 3])]
+
+  def __init__(self):
+    self.types = model_types(helpers.body_fn, helpers.IMAGE_SHAPE, MAX_CLASSES)
+    clients, self.read_files = _ragged_clients(self.sizes + self.sizes[::-1],
+                                               self.num_classes * 2, seed=4)
+    self.train, self.test = clients[:len(self.sizes)], clients[len(self.sizes):]
+    self.weights = tf.nest.map_structure(
+        lambda v: v.numpy(),
+        tff.learning.models.ModelWeights.from_model(helpers.body_fn()))
+    rng = np.random.default_rng(6)
+    self.states = helpers.client_states(self.num_classes, MAX_CLASSES, seed=6)
+    for state in self.states:
+      state["head"]["kernel"] = rng.normal(0, 0.3, state["head"]["kernel"].shape).astype(
+          np.float32)
+      state["head"]["bias"] = rng.normal(0, 0.3, MAX_CLASSES).astype(np.float32)
+
+  def evaluate(self, refit=None) -> dict[str, np.ndarray]:
+    evaluate = evaluation.build_cohort_evaluation(helpers.body_fn, self.types,
+                                                  self.read_files, path_dtype=np.int32,
+                                                  refit=refit)
+    files = dict(train=np.arange(6, dtype=np.int32), test=np.arange(6, 12, dtype=np.int32))
+    num_examples = dict(train=np.array(self.sizes), test=np.array(self.sizes[::-1]))
+    results = evaluate(
+        self.weights,
+        [evaluation.cohort_input(files, num_examples, c) for c in self.cohorts],
+        [evaluation.stack_states([self.states[i] for i in c]) for c in self.cohorts])
+    return evaluation.per_client_table(evaluation.unstack_cohort_results(results))
+
+
 def test_cohort_evaluation_equals_each_clients_keras_model():
   """One computation per cohort gives every client's own numbers: clients of 1 to 9
   examples and K_i = 1..3 share cohorts, in shuffled order, one cohort of one client."""
-  sizes, num_classes = (5, 1, 9, 3, 7, 2), (2, 3, 1, 3, 2, 3)
-  types = model_types(helpers.body_fn, helpers.IMAGE_SHAPE, MAX_CLASSES)
-  # One reader over 12 "files": the clients' train files are ids 0..5, test files 6..11.
-  clients, read_files = _ragged_clients(sizes + sizes[::-1], num_classes * 2, seed=4)
-  train, test = clients[:len(sizes)], clients[len(sizes):]
-  evaluate = evaluation.build_cohort_evaluation(helpers.body_fn, types, read_files,
-                                                path_dtype=np.int32)
-  files = dict(train=np.arange(6, dtype=np.int32), test=np.arange(6, 12, dtype=np.int32))
-  num_examples = dict(train=np.array(sizes), test=np.array(sizes[::-1]))
-  weights = tf.nest.map_structure(
-      lambda v: v.numpy(), tff.learning.models.ModelWeights.from_model(helpers.body_fn()))
-  rng = np.random.default_rng(6)
-  states = helpers.client_states(num_classes, MAX_CLASSES, seed=6)
-  for state in states:
-    state["head"]["kernel"] = rng.normal(0, 0.3, state["head"]["kernel"].shape).astype(
-        np.float32)
-    state["head"]["bias"] = rng.normal(0, 0.3, MAX_CLASSES).astype(np.float32)
-  cohorts = [np.array([4, 0, 2]), np.array([5]), np.array([1, 3])]
-  results = evaluate(weights,
-                     [evaluation.cohort_input(files, num_examples, c) for c in cohorts],
-                     [evaluation.stack_states([states[i] for i in c]) for c in cohorts])
-  table = evaluation.per_client_table(evaluation.unstack_cohort_results(results))
+  case = _CohortCase()
+  sizes, num_classes, train, test = case.sizes, case.num_classes, case.train, case.test
+  weights, states, table = case.weights, case.states, case.evaluate()
 
   np.testing.assert_array_equal(table["client_index"], np.arange(len(sizes)))
   for i, k in enumerate(num_classes):
@@ -193,32 +209,10 @@ def _refit_reference(weights, state, k, train, test):
 def test_refit_evaluation_equals_head_steps_then_scoring_in_both_paths():
   """Per client and in cohorts, the refit scores are those of the client's model after
   tau - 1 head-only steps on the current body; the plain scores stay as they were."""
-  sizes, num_classes = (5, 1, 9, 3, 7, 2), (2, 3, 1, 3, 2, 3)
-  types = model_types(helpers.body_fn, helpers.IMAGE_SHAPE, MAX_CLASSES)
-  clients, read_files = _ragged_clients(sizes + sizes[::-1], num_classes * 2, seed=4)
-  train, test = clients[:len(sizes)], clients[len(sizes):]
-  weights = tf.nest.map_structure(
-      lambda v: v.numpy(), tff.learning.models.ModelWeights.from_model(helpers.body_fn()))
-  rng = np.random.default_rng(6)
-  states = helpers.client_states(num_classes, MAX_CLASSES, seed=6)
-  for state in states:
-    state["head"]["kernel"] = rng.normal(0, 0.3, state["head"]["kernel"].shape).astype(
-        np.float32)
-
-  cohort_eval = evaluation.build_cohort_evaluation(helpers.body_fn, types, read_files,
-                                                   path_dtype=np.int32, refit=REFIT)
-  files = dict(train=np.arange(6, dtype=np.int32), test=np.arange(6, 12, dtype=np.int32))
-  num_examples = dict(train=np.array(sizes), test=np.array(sizes[::-1]))
-  cohorts = [np.array([4, 0, 2]), np.array([5]), np.array([1, 3])]
-  in_cohorts = evaluation.per_client_table(evaluation.unstack_cohort_results(cohort_eval(
-      weights, [evaluation.cohort_input(files, num_examples, c) for c in cohorts],
-      [evaluation.stack_states([states[i] for i in c]) for c in cohorts])))
-
-  plain = evaluation.build_cohort_evaluation(helpers.body_fn, types, read_files,
-                                             path_dtype=np.int32)
-  without = evaluation.per_client_table(evaluation.unstack_cohort_results(plain(
-      weights, [evaluation.cohort_input(files, num_examples, c) for c in cohorts],
-      [evaluation.stack_states([states[i] for i in c]) for c in cohorts])))
+  case = _CohortCase()
+  sizes, num_classes, train, test = case.sizes, case.num_classes, case.train, case.test
+  weights, states = case.weights, case.states
+  in_cohorts, without = case.evaluate(REFIT), case.evaluate()
   for key in without:
     np.testing.assert_allclose(in_cohorts[key], without[key], rtol=1e-6, err_msg=key)
 

@@ -236,3 +236,39 @@ def test_monotone_head_steps_never_increase_the_loss_when_gd_diverges():
   assert max(losses_gd) > start  # plain GD oscillates upward here
   assert all(b <= a + 1e-6 for a, b in zip([start] + losses_mono, losses_mono))
   assert losses_mono[-1] < start
+
+
+@pytest.mark.parametrize("optimizer,lr", [("gd", 0.3), ("monotone_gd", 40.0)])
+def test_head_steps_on_a_padded_batch_of_clients_equal_each_clients_own(optimizer, lr):
+  """Evaluation refits a cohort's heads in one batch ([C, N_max, M], padding marked
+  invalid): each client's result is the one it gets alone. At lr = 40 monotone GD
+  rejects steps, so per-client acceptance and lr halving are exercised."""
+  sizes, num_classes, max_classes = (9, 4, 6), (3, 2, 3), 3
+  data = helpers.synthetic_clients(sizes, num_classes, seed=8)
+  body = helpers.body_fn()
+  states = helpers.client_states(num_classes, max_classes, seed=9)
+  features = [body(x).numpy() for x, _ in data]
+  alone = [pflego.head_gradient_steps(
+      tf.constant(f), tf.constant(y), {k: tf.constant(v) for k, v in s["head"].items()},
+      tf.range(max_classes) < k, 6, lr, optimizer)
+      for f, (_, y), s, k in zip(features, data, states, num_classes)]
+  n_max, m = max(sizes), features[0].shape[1]
+  padded_x, padded_y = np.zeros((3, n_max, m), np.float32), np.zeros((3, n_max), np.int32)
+  valid = np.zeros((3, n_max), bool)
+  for c, (f, (_, y)) in enumerate(zip(features, data)):
+    padded_x[c, :len(y)], padded_y[c, :len(y)], valid[c, :len(y)] = f, y, True
+    padded_x[c, len(y):] = 7.0  # padding must not matter, whatever it holds
+  together = pflego.head_gradient_steps(
+      tf.constant(padded_x), tf.constant(padded_y),
+      {k: tf.constant(np.stack([s["head"][k] for s in states])) for k in ("kernel", "bias")},
+      tf.constant(np.arange(max_classes)[None, :] < np.array(num_classes)[:, None]), 6, lr,
+      optimizer, valid=tf.constant(valid))
+  for c in range(3):
+    for key in ("kernel", "bias"):
+      np.testing.assert_allclose(together[key][c], alone[c][key], rtol=1e-5, atol=1e-6)
+  if optimizer == "monotone_gd":  # the rejections happened: plain GD differs
+    plain = pflego.head_gradient_steps(
+        tf.constant(features[0]), tf.constant(data[0][1]),
+        {k: tf.constant(v) for k, v in states[0]["head"].items()},
+        tf.range(max_classes) < num_classes[0], 6, lr, "gd")
+    assert not np.allclose(plain["kernel"], alone[0]["kernel"], atol=1e-3)

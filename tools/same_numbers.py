@@ -100,8 +100,10 @@ def compare(before: str, after: str, report: str | None, renamed: dict[str, str]
       lines.append(f"| {name} | missing after | | |")
       failed = True
       continue
+    # Values the old version reported must be the same; new metrics are listed.
+    added = sorted(set(finals[1][name]) - set(finals[0][name]))
     final_equal = json.dumps(finals[0][name], sort_keys=True) == json.dumps(
-        finals[1][name], sort_keys=True)
+        {k: finals[1][name].get(k) for k in finals[0][name]}, sort_keys=True)
     old = _entries(os.path.join(before, f"{name}.npz"), renamed)
     new = _entries(os.path.join(after, f"{name}.npz"), {})
     same_names = sorted(old) == sorted(new)
@@ -111,7 +113,8 @@ def compare(before: str, after: str, report: str | None, renamed: dict[str, str]
     final_diff = max((abs(finals[0][name][k] - finals[1][name].get(k, float("nan")))
                       for k in finals[0][name]), default=0.0)
     lines.append(
-        f"| {name} | {'bit for bit' if final_equal else f'differ by {final_diff:.2e}'} "
+        f"| {name} | {'bit for bit' if final_equal else f'differ by {final_diff:.2e}'}"
+        f"{' (new: ' + ', '.join(added) + ')' if added else ''} "
         f"| {len(new)} tensors, "
         f"{'bit for bit' if bitwise else 'other names' if not same_names else 'differ'} "
         f"| {largest:.2e} |")

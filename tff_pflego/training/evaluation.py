@@ -52,9 +52,10 @@ class HeadRefit:
   learning_rate: float
   optimizer: str
 
-  def refit(self, features: tf.Tensor, labels: tf.Tensor, head, mask: tf.Tensor):
+  def refit(self, features: tf.Tensor, labels: tf.Tensor, head, mask: tf.Tensor,
+            valid: Optional[tf.Tensor] = None):
     return head_gradient_steps(features, labels, head, mask, self.steps,
-                               self.learning_rate, self.optimizer)
+                               self.learning_rate, self.optimizer, valid)
 
 
 REFIT_KEYS = ("refit_train_loss", "refit_test_loss", "refit_test_accuracy")
@@ -168,7 +169,8 @@ def build_cohort_evaluation(body_fn: BodyFn, types: ModelTypes, read_files: File
   clients' states stacked along a first axis; the metrics come back the same way. For
   a shared body only (a client state with a personal body needs
   `build_personalized_evaluation`). With `refit`, each client's head is refitted on
-  its own train features (one client after another) and the `REFIT_KEYS` scores added.
+  its own train features (the cohort's clients together) and the `REFIT_KEYS` scores
+  added.
   """
   states_type = _stacked_type(types.client_state)
   cohorts_type = cohort_type(path_dtype)
@@ -232,22 +234,19 @@ def build_cohort_evaluation(body_fn: BodyFn, types: ModelTypes, read_files: File
 def _refit_cohort(refit: HeadRefit, features: tf.Tensor, labels: tf.Tensor,
                   sizes: tf.Tensor, states, max_classes: int):
   """Every cohort client's head refitted on its own rows of `features` (the clients'
-  examples one client after another, `sizes` of them each); stacked like the states."""
-  starts = tf.cumsum(sizes, exclusive=True)
+  examples one client after another, `sizes` of them each), all clients at once: their
+  rows padded to the largest client's ([C, N_max, M]) and marked valid."""
   num_clients = tf.shape(sizes)[0]
-
-  def refit_one(c, kernels, biases):
-    rows = slice(starts[c], starts[c] + sizes[c])
-    head = refit.refit(features[rows], labels[rows],
-                       collections.OrderedDict(kernel=states["head"]["kernel"][c],
-                                               bias=states["head"]["bias"][c]),
-                       heads.class_mask(states["num_classes"][c], max_classes))
-    return c + 1, kernels.write(c, head["kernel"]), biases.write(c, head["bias"])
-
-  empty = lambda: tf.TensorArray(tf.float32, size=num_clients, infer_shape=True)
-  _, kernels, biases = tf.while_loop(lambda c, *_: c < num_clients, refit_one,
-                                     (tf.constant(0), empty(), empty()))
-  return collections.OrderedDict(kernel=kernels.stack(), bias=biases.stack())
+  owner = tf.repeat(tf.range(num_clients), sizes)
+  position = tf.range(tf.shape(owner)[0]) - tf.gather(tf.cumsum(sizes, exclusive=True),
+                                                       owner)
+  at = tf.stack([owner, position], axis=1)
+  shape = tf.stack([num_clients, tf.reduce_max(sizes)])
+  padded = lambda values: tf.scatter_nd(
+      at, values, tf.concat([shape, tf.shape(values)[1:]], axis=0))
+  return refit.refit(padded(features), padded(labels), states["head"],
+                     heads.class_mask(states["num_classes"][:, tf.newaxis], max_classes),
+                     valid=padded(tf.ones_like(labels, tf.bool)))
 
 
 def plan_cohorts(num_examples: np.ndarray) -> list[np.ndarray]:
