@@ -1,0 +1,96 @@
+r"""Draws several runs' objective and accuracy side by side, under every protocol.
+
+  python binaries/compare_runs.py --runs=runs/a,runs/b --labels="Adam .001,Adam .0003" \
+      --output=docs/cifar10_lpsi
+
+Left: L(psi) with each client's own head (solid) and after every client refits its head
+on the current body (`--refit_eval`, dashed), log scale. Right: test accuracy, all
+clients (solid), after the refit (dashed), sampled clients right after their update
+(dotted; the mean of the last 10 rounds). Writes <output>.png and <output>.json (the
+plotted numbers, per run).
+"""
+
+from __future__ import annotations
+
+# First: sets the logging defaults and a one-line Ctrl-C before TensorFlow loads.
+from tff_pflego import cli  # pylint: disable=g-bad-import-order
+
+import json
+import os
+
+from absl import flags
+import numpy as np
+
+from tff_pflego.errors import UserError
+
+_RUNS = flags.DEFINE_list("runs", None, "Run directories (--output_dir).", required=True)
+_LABELS = flags.DEFINE_list("labels", None, "A label per run (default: the directory).")
+_OUTPUT = flags.DEFINE_string("output", "runs/compare", "Output path without extension.")
+_TITLE = flags.DEFINE_string("title", "", "Figure title.")
+
+WINDOW = 10  # rounds averaged for the sampled protocol's curve
+
+
+def run_curves(run_dir: str) -> dict[str, list[float]]:
+  """The plotted columns of one run (NaN where a protocol was not evaluated)."""
+  from tff_pflego.training.release import read_rows
+  paths = {name: os.path.join(run_dir, name) for name in ("metrics.csv", "rounds.csv")}
+  for path in paths.values():
+    if not os.path.exists(path):
+      raise UserError(f"--runs: {run_dir} holds no run ({path} is missing)")
+  evals = read_rows(paths["metrics.csv"])
+  rounds = read_rows(paths["rounds.csv"])
+  column = lambda rows, name: [float(r.get(name, np.nan)) for r in rows]
+  sampled = np.array(column(rounds, "test_accuracy_sampled_pooled"))
+  trailing = [float(np.nanmean(sampled[max(0, k - WINDOW + 1):k + 1]))
+              if np.isfinite(sampled[max(0, k - WINDOW + 1):k + 1]).any() else np.nan
+              for k in range(len(sampled))]
+  return dict(eval_round=column(evals, "round"), train_loss=column(evals, "train_loss"),
+              train_loss_refit=column(evals, "train_loss_refit"),
+              test_accuracy_mean=column(evals, "test_accuracy_mean"),
+              test_accuracy_refit_mean=column(evals, "test_accuracy_refit_mean"),
+              round=column(rounds, "round"), sampled_pooled_last10=trailing)
+
+
+def main(argv: list[str]) -> None:
+  del argv
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  labels = _LABELS.value or _RUNS.value
+  if len(labels) != len(_RUNS.value):
+    raise UserError(f"--labels gives {len(labels)} labels for {len(_RUNS.value)} runs")
+  curves = {label: run_curves(run) for label, run in zip(labels, _RUNS.value)}
+  fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(13, 4.8), layout="constrained")
+  for k, (label, c) in enumerate(curves.items()):
+    color = f"C{k}"
+    ax_loss.plot(c["eval_round"], c["train_loss"], color=color, lw=2, marker="o", ms=4,
+                 label=f"{label}: own heads")
+    ax_loss.plot(c["eval_round"], c["train_loss_refit"], color=color, lw=1.4, ls="--",
+                 marker="s", ms=3, label=f"{label}: after a head refit")
+    ax_acc.plot(c["eval_round"], 100 * np.array(c["test_accuracy_mean"]), color=color,
+                lw=2, marker="o", ms=4, label=f"{label}: all clients")
+    ax_acc.plot(c["eval_round"], 100 * np.array(c["test_accuracy_refit_mean"]),
+                color=color, lw=1.4, ls="--", marker="s", ms=3,
+                label=f"{label}: all, after a head refit")
+    ax_acc.plot(c["round"], 100 * np.array(c["sampled_pooled_last10"]), color=color,
+                lw=1.2, ls=":", label=f"{label}: sampled (last {WINDOW} rounds)")
+  ax_loss.set(yscale="log", xlabel="round", ylabel="train loss L(ψ) (log scale)",
+              title="The objective, all clients")
+  ax_acc.set(xlabel="round", ylabel="test accuracy (%)", title="Test accuracy")
+  for ax in (ax_loss, ax_acc):
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+  if _TITLE.value:
+    fig.suptitle(_TITLE.value)
+  os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
+  fig.savefig(_OUTPUT.value + ".png", dpi=110)
+  plt.close(fig)
+  with open(_OUTPUT.value + ".json", "w") as f:
+    json.dump(dict(runs=dict(zip(labels, _RUNS.value)), curves=curves), f, indent=1)
+  print(f"wrote {_OUTPUT.value}.png and .json")
+
+
+if __name__ == "__main__":
+  cli.run_main(main)
