@@ -1,0 +1,113 @@
+"""Runs any unified optimizer: rounds (= communications), costs, objective, outputs.
+
+After every `eval_every` rounds (and the last) it records F at the reported iterate
+(w = the server's y, beta_m = each device's y), its relative suboptimality
+(F - F*) / F* against the central optimum, and what the run has cost per device so far:
+local iterations, w- and beta-gradient evaluations (component gradients; a full
+gradient counts n), bytes down and up (`training.ledger`, from the TFF types). Rows go
+to metrics.csv; summary.json holds the settings, the constants, the step parameters,
+`final` and the communications each precision took.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import time
+from typing import Callable, Optional
+
+import numpy as np
+import tqdm
+
+from tff_pflego import files
+from tff_pflego.training import ledger
+from tff_pflego.unified import objectives, process
+from tff_pflego.unified.objectives import DeviceData
+from tff_pflego.unified.process import UnifiedAlgorithm
+
+PRECISIONS = (1e-2, 1e-4, 1e-6)
+FIELDS = ("round", "objective", "relative_suboptimality", "local_iterations",
+          "w_gradients_per_device", "beta_gradients_per_device", "bytes_down_per_device",
+          "bytes_up_per_device", "estimation_error", "test_accuracy", "seconds")
+
+
+@dataclasses.dataclass(frozen=True)
+class Extras:
+  """Problem-specific scores: estimation error against the generating parameters
+  (synthetic) and the local models' test accuracy (real data)."""
+  estimation_error: Optional[Callable[[np.ndarray, np.ndarray], float]] = None
+  test_accuracy: Optional[Callable[[np.ndarray], float]] = None
+
+
+def rounds_to_reach(rows: list[dict], precision: float) -> Optional[int]:
+  for row in rows:
+    if row["relative_suboptimality"] <= precision:
+      return row["round"]
+  return None
+
+
+def run(algorithm: UnifiedAlgorithm, data: DeviceData, rounds: int, optimum: float,
+        output_dir: Optional[str] = None, eval_every: int = 1, extras: Extras = Extras(),
+        progress: bool = False, summary_extra: Optional[dict] = None) -> dict:
+  objective = algorithm.objective
+  traffic = ledger.traffic_per_client(algorithm.broadcast_type, algorithm.update_type)
+  device_data = process.device_data(data)
+  state = algorithm.process.initialize()
+  device_states = algorithm.initial_device_states
+  totals = dict(local_iterations=0, w_gradients=0, beta_gradients=0)
+  rows: list[dict] = []
+  start = time.perf_counter()
+
+  def record(round_num: int) -> None:
+    w = algorithm.global_iterate(state)
+    betas = algorithm.local_iterates(device_states)
+    value = objectives.objective_value(objective, w, betas, data)
+    m = objective.num_devices
+    rows.append(dict(
+        round=round_num, objective=value,
+        relative_suboptimality=(value - optimum) / abs(optimum),
+        local_iterations=totals["local_iterations"],
+        w_gradients_per_device=totals["w_gradients"] / m,
+        beta_gradients_per_device=totals["beta_gradients"] / m,
+        bytes_down_per_device=traffic["bytes_down"] * round_num,
+        bytes_up_per_device=traffic["bytes_up"] * round_num,
+        estimation_error=(extras.estimation_error(w, betas)
+                          if extras.estimation_error else float("nan")),
+        test_accuracy=(extras.test_accuracy(betas) if extras.test_accuracy
+                       else float("nan")),
+        seconds=time.perf_counter() - start))
+
+  record(0)
+  for round_num in tqdm.trange(1, rounds + 1, disable=not progress, unit="comm"):
+    state, device_states, metrics = algorithm.process.next(state, device_data,
+                                                            device_states)
+    totals["local_iterations"] += int(metrics["schedule"]["local_steps"])
+    totals["w_gradients"] += int(metrics["counts"]["w_gradients"])
+    totals["beta_gradients"] += int(metrics["counts"]["beta_gradients"])
+    if round_num % eval_every == 0 or round_num == rounds:
+      record(round_num)
+  final = rows[-1]
+  summary = dict(
+      algorithm=algorithm.name, objective=dataclasses.asdict(objective),
+      communications=rounds,
+      final=dict(objective=final["objective"], optimum=optimum,
+                 relative_suboptimality=final["relative_suboptimality"],
+                 estimation_error=final["estimation_error"],
+                 test_accuracy=final["test_accuracy"]),
+      communications_to_reach={f"{p:g}": rounds_to_reach(rows, p) for p in PRECISIONS},
+      seconds=final["seconds"], **(summary_extra or {}))
+  if output_dir:
+    _write(output_dir, rows, summary)
+  summary["rows"] = rows
+  return summary
+
+
+def _write(output_dir: str, rows: list[dict], summary: dict) -> None:
+  os.makedirs(output_dir, exist_ok=True)
+  with open(os.path.join(output_dir, "metrics.csv"), "w", newline="") as f:
+    writer = csv.DictWriter(f, FIELDS)
+    writer.writeheader()
+    writer.writerows(rows)
+  files.write_json(os.path.join(output_dir, "summary.json"), summary)

@@ -1,0 +1,142 @@
+"""One communication of any unified optimizer, as a TFF iterative process.
+
+  next(state, device_data, device_states):
+    distributor  the server draws the round's schedule from (seed, round) and
+                 broadcasts it with the global block's state
+    client work  each device runs the round's local iterations and its part of the
+                 communicating one: (broadcast, data, state) -> update, state, counts
+    aggregator   the unweighted mean of the updates (F is the unweighted mean of f_m;
+                 every device takes part, as in the paper)
+    finalizer    the server's step of the global block from the mean update
+  -> (new state, new device states @CLIENTS, metrics @SERVER)
+
+The metrics are the schedule (local iterations K, whether w stepped, whether the
+reference point was refreshed) and the gradient evaluations summed over devices.
+Device states are OrderedDict(device=m, beta=the local block's state).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any, Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_pflego.unified.constants import StepParameters
+from tff_pflego.unified.objectives import DeviceData, Objective
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+  """What every unified optimizer is built from (besides the objective)."""
+  params: StepParameters  # step size, probabilities, momentum weights
+  num_examples: int  # n per device
+  seed: int  # every draw of the run (`sampling`)
+  frozen: bool = True  # ASCD: the block not sampled keeps y, z (the reference's)
+  local_steps: int = 5  # LSGD-PFL: tau iterations between two averagings
+  lsgd_lr: Optional[float] = None  # LSGD-PFL's eta; None: ASVRCD's eta = 1/(4 calL)
+
+
+@dataclasses.dataclass(frozen=True)
+class UnifiedAlgorithm:
+  name: str
+  objective: Objective
+  process: tff.templates.IterativeProcess
+  initial_device_states: list
+  broadcast_type: Any
+  update_type: Any
+
+  @staticmethod
+  def global_iterate(state) -> np.ndarray:
+    """The w the algorithm reports (its y)."""
+    return np.asarray(state["w"]["y"])
+
+  @staticmethod
+  def local_iterates(device_states: list) -> np.ndarray:
+    return np.stack([np.asarray(s["beta"]["y"]) for s in device_states])
+
+
+def _spec(value) -> tff.types.Type:
+  return tff.types.to_type(tf.nest.map_structure(
+      lambda v: tff.TensorType(np.asarray(v).dtype, np.shape(v)), value))
+
+
+def data_type(objective: Objective, num_examples: int) -> tff.types.Type:
+  return tff.types.to_type(collections.OrderedDict(
+      x=tff.TensorType(np.float64, [num_examples, objective.num_features]),
+      y=tff.TensorType(np.int32, [num_examples])))
+
+
+def device_data(data: DeviceData) -> list:
+  return [collections.OrderedDict(x=data.x[m], y=data.y[m].astype(np.int32))
+          for m in range(data.num_devices)]
+
+
+def compose(name: str, objective: Objective, w_initial, beta_initial,
+            schedule_fn: Callable, client_fn: Callable, server_fn: Callable,
+            num_examples: int) -> UnifiedAlgorithm:
+  """The process of the module docstring from the algorithm's TensorFlow functions:
+  schedule_fn(round) -> dict, client_fn(broadcast, data, device state) -> (update,
+  device state, counts), server_fn(w state, schedule, mean update) -> w state."""
+  w_type = _spec(w_initial)
+  device_state_example = collections.OrderedDict(device=np.int32(0), beta=beta_initial)
+  device_state_type = _spec(device_state_example)
+  round_type = tff.TensorType(np.int32)
+
+  @tff.tensorflow.computation
+  def initial_state():
+    return collections.OrderedDict(
+        w=tf.nest.map_structure(tf.constant, w_initial), round=tf.constant(0))
+
+  @tff.tensorflow.computation(round_type)
+  def draw_schedule(round_num):
+    return collections.OrderedDict(round=round_num, **schedule_fn(round_num))
+
+  schedule_type = draw_schedule.type_signature.result
+  broadcast_type = tff.types.to_type(
+      collections.OrderedDict(schedule=schedule_type, w=w_type))
+  data_t = data_type(objective, num_examples)
+
+  @tff.tensorflow.computation(broadcast_type, data_t, device_state_type)
+  def client_work(broadcast, data, state):
+    update, new_state, counts = client_fn(broadcast, data, state)
+    return collections.OrderedDict(update=update, state=new_state, counts=counts)
+
+  update_type = client_work.type_signature.result.update
+
+  @tff.tensorflow.computation(w_type, schedule_type, update_type)
+  def finalize(w_state, schedule, mean_update):
+    return server_fn(w_state, schedule, mean_update)
+
+  @tff.tensorflow.computation(round_type)
+  def increment(round_num):
+    return round_num + 1
+
+  @tff.federated_computation
+  def initialize():
+    return tff.federated_eval(initial_state, tff.SERVER)
+
+  state_type = initialize.type_signature.result
+
+  @tff.federated_computation(state_type, tff.FederatedType(data_t, tff.CLIENTS),
+                             tff.FederatedType(device_state_type, tff.CLIENTS))
+  def next_fn(state, data, device_states):
+    schedule = tff.federated_map(draw_schedule, state.round)
+    broadcast = tff.federated_broadcast(
+        tff.federated_zip(collections.OrderedDict(schedule=schedule, w=state.w)))
+    outputs = tff.federated_map(client_work, (broadcast, data, device_states))
+    mean_update = tff.federated_mean(outputs.update)
+    new_w = tff.federated_map(finalize, (state.w, schedule, mean_update))
+    new_state = tff.federated_zip(collections.OrderedDict(
+        w=new_w, round=tff.federated_map(increment, state.round)))
+    metrics = tff.federated_zip(collections.OrderedDict(
+        schedule=schedule, counts=tff.federated_sum(outputs.counts)))
+    return new_state, outputs.state, metrics
+
+  initial_states = [collections.OrderedDict(device=np.int32(m), beta=beta_initial)
+                    for m in range(objective.num_devices)]
+  return UnifiedAlgorithm(name, objective, tff.templates.IterativeProcess(initialize, next_fn),
+                          initial_states, broadcast_type, update_type)
