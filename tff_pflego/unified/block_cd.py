@@ -15,6 +15,8 @@ the reference point v and the stored full gradient G = grad F(v)):
      With `frozen` (the reference's ASCD, defect-free but a choice: B7) the block not
      sampled keeps its y and z instead of stepping with g = 0.
   5. c = 1: v <- y^k (this iteration's starting y), G <- grad F(v) (theory's order).
+With variance reduction the first communication (round 0) only computes G = grad F(0)
+at the starting point v = y = z = 0: every later estimate is unbiased.
 
 grad_w F_j(x) = (1/M) sum_m grad_w f_{m,j_m}(x) needs every device: iterations with
 xi = w or c = 1 communicate, the others are local. One TFF round is one
@@ -165,7 +167,14 @@ def build(name: str, objective: Objective, rule: BlockRule, num_examples: int,
     def beta_iteration():
       return tf.zeros([d0], DTYPE), beta_step(w_k, b_k, local)
 
-    direction, b_new = tf.cond(schedule["step_w"], w_iteration, beta_iteration)
+    def iteration():
+      return tf.cond(schedule["step_w"], w_iteration, beta_iteration)
+
+    if vr:
+      direction, b_new = tf.cond(schedule["initial"],
+                                 lambda: (tf.zeros([d0], DTYPE), b_k), iteration)
+    else:
+      direction, b_new = iteration()
     full_w = tf.zeros([d0], DTYPE)
     if vr:
       def refresh():
@@ -175,9 +184,10 @@ def build(name: str, objective: Objective, rule: BlockRule, num_examples: int,
     per_gradient = 2 if vr else 1
     step_w = tf.cast(schedule["step_w"], tf.int32)
     refreshes = tf.cast(schedule["refresh"], tf.int32) if vr else 0
+    steps = 1 - tf.cast(schedule["initial"], tf.int32) if vr else 1
     counts = collections.OrderedDict(
         w_gradients=per_gradient * step_w + n * refreshes,
-        beta_gradients=per_gradient * (local + 1 - step_w) + n * refreshes)
+        beta_gradients=per_gradient * (local + steps - step_w) + n * refreshes)
     update = collections.OrderedDict(direction=direction, full=full_w)
     return update, collections.OrderedDict(device=device, beta=b_new), counts
 
@@ -190,13 +200,21 @@ def build(name: str, objective: Objective, rule: BlockRule, num_examples: int,
 
     w_new = tf.cond(schedule["step_w"], w_step, lambda: rule.unsampled(w_k, xw))
     if vr:
+      w_new = tf.cond(schedule["initial"], lambda: w_k, lambda: w_new)
       w_new = tf.cond(schedule["refresh"],
                       lambda: rule.refreshed(w_new, w_k, mean_update["full"]),
                       lambda: w_new)
     return w_new
 
   def schedule(round_num):
-    return sampling.round_schedule(seed, round_num, rule.p_w, rule.rho, vr)
+    drawn = sampling.round_schedule(seed, round_num, rule.p_w, rule.rho, vr)
+    if not vr:
+      return drawn
+    # Round 0 only computes G = grad F(v) at the starting point v = y = 0.
+    initial = tf.equal(round_num, 0)
+    return dict(local_steps=tf.where(initial, 0, drawn["local_steps"]),
+                step_w=tf.logical_and(drawn["step_w"], tf.logical_not(initial)),
+                refresh=tf.logical_or(drawn["refresh"], initial), initial=initial)
 
   return compose(name, objective, w_initial, beta_initial, schedule, client, server,
                  num_examples)

@@ -11,6 +11,8 @@ worker or order computed it:
 
 from __future__ import annotations
 
+import math
+
 import tensorflow as tf
 
 EXAMPLE_STREAM, SCHEDULE_STREAM = 0, 1
@@ -50,7 +52,7 @@ def round_schedule(seed: int, round_num: tf.Tensor, p_w: float, rho: float,
     local = tf.constant(0, tf.int32)
   else:
     # 1 - u is in (0, 1], so the log is finite.
-    local = tf.cast(tf.floor(tf.math.log1p(-u[0]) / tf.math.log1p(-q)), tf.int32)
+    local = tf.cast(tf.floor(tf.math.log1p(-u[0]) / math.log1p(-q)), tf.int32)
   if not refreshes:
     return dict(local_steps=local, step_w=tf.constant(True), refresh=tf.constant(False))
   r = u[1] * q

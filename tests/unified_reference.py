@@ -1,0 +1,171 @@
+"""Independent float64 numpy implementations for the unified framework's tests.
+
+Written from the spec's formulas (UNIFIED.md 2.1-2.4) with hand-derived logistic
+gradients, sharing nothing with `tff_pflego.unified` but its random draws (`sampling`),
+so a process and its reference see the same blocks and examples.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tff_pflego.unified import sampling
+
+
+def sigmoid(t):
+  return 1.0 / (1.0 + np.exp(-t))
+
+
+def device_gradients(kind, scale, lam, alpha, ridge, d_g, w, b, x, y):
+  """(grad_w f_m, grad_beta f_m) for the logistic forms, by hand."""
+  u = scale * w
+
+  def g_tilde(theta):
+    return x.T @ (sigmoid(x @ theta) - y) / len(y) + ridge * theta
+
+  if kind == "fl":
+    return scale * g_tilde(u), np.zeros(0)
+  if kind == "mx2":
+    return scale * lam * (u - b), g_tilde(b) - lam * (u - b)
+  if kind == "mt2":
+    return scale * (alpha * g_tilde(u) + lam * (u - b)), g_tilde(b) - lam * (u - b)
+  if kind == "ews":
+    r = (sigmoid(x[:, :d_g] @ u + x[:, d_g:] @ b) - y) / len(y)
+    return scale * (x[:, :d_g].T @ r + ridge * u), x[:, d_g:].T @ r + ridge * b
+  raise ValueError(kind)
+
+
+def objective(kind, scale, lam, alpha, ridge, d_g, w, betas, xs, ys):
+  total = 0.0
+  u = scale * w
+  for b, x, y in zip(betas, xs, ys):
+    def f_tilde(theta):
+      t = x @ theta
+      return np.mean(np.logaddexp(0, t) - y * t) + 0.5 * ridge * theta @ theta
+    if kind == "mx2":
+      total += f_tilde(b) + 0.5 * lam * np.sum((u - b) ** 2)
+    elif kind == "mt2":
+      total += alpha * f_tilde(u) + f_tilde(b) + 0.5 * lam * np.sum((u - b) ** 2)
+    else:
+      raise ValueError(kind)
+  return total / len(xs)
+
+
+class BlockCD:
+  """ASVRCD / SVRCD / ASCD (frozen or lifted) / SCD, one iteration at a time."""
+
+  def __init__(self, problem, params, momentum, variance_reduced, frozen, seed):
+    self.p, self.params = problem, params
+    self.momentum, self.vr, self.frozen, self.seed = momentum, variance_reduced, frozen, seed
+    m, d0, dl = problem["M"], problem["d0"], problem["dl"]
+    zeros = lambda *shape: np.zeros(shape)
+    self.w = dict(y=zeros(d0), z=zeros(d0), v=zeros(d0), g=zeros(d0))
+    self.b = [dict(y=zeros(dl), z=zeros(dl), v=zeros(dl), g=zeros(dl)) for _ in range(m)]
+    if self.momentum and self.vr:
+      self.t1, self.t2 = params.theta1, params.theta2
+    elif self.momentum:
+      self.t1, self.t2 = params.theta_ascd, 0.0
+    else:
+      self.t1, self.t2 = 0.0, 0.0
+
+  def grads(self, w, b, x, y):
+    p = self.p
+    return device_gradients(p["kind"], p["scale"], p["lam"], p["alpha"], p["ridge"],
+                            p["d_g"], w, b, x, y)
+
+  def point(self, s):
+    return self.t1 * s["z"] + self.t2 * s["v"] + (1 - self.t1 - self.t2) * s["y"]
+
+  def step(self, s, x, g):
+    eta, gamma, nu = self.params.eta, self.params.gamma, self.params.nu
+    new = dict(s)
+    new["y"] = x - eta * g
+    if self.momentum:
+      new["z"] = nu * s["z"] + (1 - nu) * x + (gamma / eta) * (new["y"] - x)
+    return new
+
+  def other(self, s, x):
+    if self.vr:
+      return self.step(s, x, s["g"])
+    if self.frozen or not self.momentum:
+      return s
+    return self.step(s, x, np.zeros_like(x))
+
+  def refresh(self, old_w, old_b):
+    xs, ys, m = self.p["x"], self.p["y"], self.p["M"]
+    full = [self.grads(old_w["y"], old_b[i]["y"], xs[i], ys[i]) for i in range(m)]
+    self.w = dict(self.w, v=old_w["y"], g=np.mean([g[0] for g in full], axis=0))
+    self.b = [dict(self.b[i], v=old_b[i]["y"], g=full[i][1] / m) for i in range(m)]
+
+  def iteration(self, block, refresh, examples):
+    xs, ys, m, p_w = self.p["x"], self.p["y"], self.p["M"], self.params.p_w
+    old_w, old_b = self.w, self.b
+    x_w = self.point(old_w)
+    x_b = [self.point(s) for s in old_b]
+    if block == "w":
+      parts = []
+      for i in range(m):
+        j = examples[i]
+        g = self.grads(x_w, x_b[i], xs[i][j:j + 1], ys[i][j:j + 1])[0]
+        if self.vr:
+          g = g - self.grads(old_w["v"], old_b[i]["v"], xs[i][j:j + 1], ys[i][j:j + 1])[0]
+        parts.append(g)
+      g_w = np.mean(parts, axis=0) / p_w + (old_w["g"] if self.vr else 0)
+      self.w = self.step(old_w, x_w, g_w)
+      self.b = [self.other(old_b[i], x_b[i]) for i in range(m)]
+    else:
+      new_b = []
+      for i in range(m):
+        j = examples[i]
+        g = self.grads(x_w, x_b[i], xs[i][j:j + 1], ys[i][j:j + 1])[1] / m
+        if self.vr:
+          g_v = self.grads(old_w["v"], old_b[i]["v"], xs[i][j:j + 1], ys[i][j:j + 1])[1]
+          g = g - g_v / m
+        g = g / (1 - p_w) + (old_b[i]["g"] if self.vr else 0)
+        new_b.append(self.step(old_b[i], x_b[i], g))
+      self.b = new_b
+      self.w = self.other(old_w, x_w)
+    if refresh:
+      self.refresh(old_w, old_b)
+
+  def run_round(self, round_num):
+    n, m = self.p["n"], self.p["M"]
+    sched = sampling.round_schedule(self.seed, round_num, self.params.p_w,
+                                    self.params.rho, self.vr)
+    if self.vr and round_num == 0:
+      self.refresh(self.w, self.b)
+      return
+    local = int(sched["local_steps"])
+    index = [sampling.example_indices(self.seed, round_num, i, local + 1, n).numpy()
+             for i in range(m)]
+    for k in range(local):
+      self.iteration("b", False, [index[i][k] for i in range(m)])
+    self.iteration("w" if bool(sched["step_w"]) else "b", bool(sched["refresh"]),
+                   [index[i][local] for i in range(m)])
+
+
+def fedavg(xs, ys, eta, local_steps, rounds, seed):
+  """FedAvg, full participation, server rate 1: each client takes `local_steps` SGD
+  steps w <- w - eta grad l_j(w) on the logistic loss; the server averages."""
+  m, n, d = xs.shape
+  w = np.zeros(d)
+  history = []
+  for r in range(rounds):
+    models = []
+    for i in range(m):
+      index = sampling.example_indices(seed, r, i, local_steps, n).numpy()
+      wi = w.copy()
+      for j in index:
+        wi = wi - eta * xs[i][j] * (sigmoid(xs[i][j] @ wi) - ys[i][j])
+      models.append(wi)
+    w = np.mean(models, axis=0)
+    history.append(w)
+  return history
+
+
+def expected_local_iterations(q: float) -> float:
+  return (1 - q) / q if q < 1 else 0.0
+
+
+def geometric_variance(q: float) -> float:
+  return (1 - q) / q ** 2
