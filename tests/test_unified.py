@@ -237,13 +237,13 @@ def test_round_schedule_has_the_expected_communication_rate(refreshes):
   p_w, rho, rounds = 0.15, 0.05, 20_000
   q = p_w + rho * (1 - p_w) if refreshes else p_w
 
-  @tf.function
   def draw(r):
     s = sampling.round_schedule(7, r, p_w, rho, refreshes)
     return s["local_steps"], s["step_w"], s["refresh"]
 
-  k, step_w, refresh = (np.array(v) for v in tf.map_fn(
+  draw_all = tf.function(lambda: tf.map_fn(
       draw, tf.range(rounds), fn_output_signature=(tf.int32, tf.bool, tf.bool)))
+  k, step_w, refresh = (np.array(v) for v in draw_all())
   mean, var = ref.expected_local_iterations(q), ref.geometric_variance(q)
   assert abs(k.mean() - mean) < 5 * math.sqrt(var / rounds)
   assert abs(k.var() - var) < 0.05 * var

@@ -37,7 +37,7 @@ import tensorflow as tf
 
 from tff_pflego.unified import sampling
 from tff_pflego.unified.constants import StepParameters
-from tff_pflego.unified.objectives import DTYPE, Objective
+from tff_pflego.unified.objectives import DTYPE, DeviceData, Objective
 from tff_pflego.unified.process import OptimizerConfig, UnifiedAlgorithm, compose
 
 
@@ -101,11 +101,12 @@ def advance_w(rule: BlockRule, w_state, local_steps: tf.Tensor):
 
 
 def builder(name: str, make_rule: Callable[[StepParameters, bool], BlockRule]
-            ) -> Callable[[Objective, OptimizerConfig], UnifiedAlgorithm]:
-  """An algorithm module's `build(objective, config)` from its rule."""
-  def build_algorithm(objective: Objective, config: OptimizerConfig) -> UnifiedAlgorithm:
-    return build(name, objective, make_rule(config.params, config.frozen),
-                 config.num_examples, config.seed)
+            ) -> Callable[[Objective, DeviceData, OptimizerConfig], UnifiedAlgorithm]:
+  """An algorithm module's `build(objective, data, config)` from its rule."""
+  def build_algorithm(objective: Objective, data: DeviceData,
+                      config: OptimizerConfig) -> UnifiedAlgorithm:
+    return build(name, objective, make_rule(config.params, config.frozen), data,
+                 config.seed)
   return build_algorithm
 
 
@@ -133,9 +134,9 @@ def w_estimate(rule: BlockRule, w_state, mean_direction):
   return rule.estimate(mean_direction, tf.zeros_like(mean_direction), w_state, rule.p_w)
 
 
-def build(name: str, objective: Objective, rule: BlockRule, num_examples: int,
+def build(name: str, objective: Objective, rule: BlockRule, data: DeviceData,
           seed: int) -> UnifiedAlgorithm:
-  m, n = objective.num_devices, num_examples
+  m, n = objective.num_devices, data.num_examples
   d0 = objective.global_dim
   vr = rule.variance_reduced
   w_initial, beta_initial = rule.initial(d0), rule.initial(objective.local_dim)
@@ -216,5 +217,4 @@ def build(name: str, objective: Objective, rule: BlockRule, num_examples: int,
                 step_w=tf.logical_and(drawn["step_w"], tf.logical_not(initial)),
                 refresh=tf.logical_or(drawn["refresh"], initial), initial=initial)
 
-  return compose(name, objective, w_initial, beta_initial, schedule, client, server,
-                 num_examples)
+  return compose(name, objective, w_initial, beta_initial, schedule, client, server, data)

@@ -23,7 +23,7 @@ import tqdm
 
 from tff_pflego import files
 from tff_pflego.training import ledger
-from tff_pflego.unified import objectives, process
+from tff_pflego.unified import objectives
 from tff_pflego.unified.objectives import DeviceData
 from tff_pflego.unified.process import UnifiedAlgorithm
 
@@ -53,17 +53,17 @@ def run(algorithm: UnifiedAlgorithm, data: DeviceData, rounds: int, optimum: flo
         progress: bool = False, summary_extra: Optional[dict] = None) -> dict:
   objective = algorithm.objective
   traffic = ledger.traffic_per_client(algorithm.broadcast_type, algorithm.update_type)
-  device_data = process.device_data(data)
   state = algorithm.process.initialize()
   device_states = algorithm.initial_device_states
   totals = dict(local_iterations=0, w_gradients=0, beta_gradients=0)
   rows: list[dict] = []
+  evaluate = objectives.objective_evaluator(objective, data)
   start = time.perf_counter()
 
   def record(round_num: int) -> None:
     w = algorithm.global_iterate(state)
     betas = algorithm.local_iterates(device_states)
-    value = objectives.objective_value(objective, w, betas, data)
+    value = evaluate(w, betas)
     m = objective.num_devices
     rows.append(dict(
         round=round_num, objective=value,
@@ -81,8 +81,8 @@ def run(algorithm: UnifiedAlgorithm, data: DeviceData, rounds: int, optimum: flo
 
   record(0)
   for round_num in tqdm.trange(1, rounds + 1, disable=not progress, unit="comm"):
-    state, device_states, metrics = algorithm.process.next(state, device_data,
-                                                            device_states)
+    state, device_states, metrics = algorithm.process.next(
+        state, algorithm.client_inputs, device_states)
     totals["local_iterations"] += int(metrics["schedule"]["local_steps"])
     totals["w_gradients"] += int(metrics["counts"]["w_gradients"])
     totals["beta_gradients"] += int(metrics["counts"]["beta_gradients"])

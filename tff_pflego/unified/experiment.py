@@ -116,11 +116,11 @@ def run(config: UnifiedConfig) -> dict:
   config.check()
   problem = build_problem(config)
   optimizer_config = OptimizerConfig(
-      problem.params, config.num_examples, config.seed,
+      problem.params, config.seed,
       frozen=config.ascd_variant == "frozen", local_steps=config.local_steps,
       lsgd_lr=config.lsgd_lr)
   algorithm = registry.build_optimizer(config.algorithm, problem.objective,
-                                       optimizer_config)
+                                       problem.problem.data, optimizer_config)
   return driver.run(
       algorithm, problem.problem.data, config.rounds, problem.optimum.value,
       output_dir=config.output_dir, eval_every=config.eval_every,

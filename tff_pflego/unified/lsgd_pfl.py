@@ -18,12 +18,13 @@ import numpy as np
 import tensorflow as tf
 
 from tff_pflego.unified import sampling
-from tff_pflego.unified.objectives import Objective
+from tff_pflego.unified.objectives import DeviceData, Objective
 from tff_pflego.unified.process import OptimizerConfig, UnifiedAlgorithm, compose
 
 
-def build(objective: Objective, config: OptimizerConfig) -> UnifiedAlgorithm:
-  m, n, seed = objective.num_devices, config.num_examples, config.seed
+def build(objective: Objective, data: DeviceData, config: OptimizerConfig
+          ) -> UnifiedAlgorithm:
+  m, n, seed = objective.num_devices, data.num_examples, config.seed
   local_steps = config.local_steps
   eta = config.params.eta if config.lsgd_lr is None else config.lsgd_lr
 
@@ -57,4 +58,4 @@ def build(objective: Objective, config: OptimizerConfig) -> UnifiedAlgorithm:
   return compose("lsgd_pfl", objective,
                  collections.OrderedDict(y=np.zeros(objective.global_dim)),
                  collections.OrderedDict(y=np.zeros(objective.local_dim)),
-                 schedule, client, server, n)
+                 schedule, client, server, data)

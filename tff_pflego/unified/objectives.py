@@ -195,9 +195,15 @@ class DeviceData:
 def objective_value(objective: Objective, w: np.ndarray, betas: np.ndarray,
                     data: DeviceData) -> float:
   """F(w, beta) = (1/M) sum_m f_m(w, beta_m) on every device's full data."""
-  return float(_objective_fn(objective)(tf.constant(w, DTYPE), tf.constant(betas, DTYPE),
-                                        tf.constant(data.x, DTYPE),
-                                        tf.constant(data.y)))
+  return objective_evaluator(objective, data)(w, betas)
+
+
+def objective_evaluator(objective: Objective, data: DeviceData):
+  """(w, betas) -> F(w, beta), with the data converted to tensors once."""
+  x, y = tf.constant(data.x, DTYPE), tf.constant(data.y)
+  value = _objective_fn(objective)
+  return lambda w, betas: float(value(tf.constant(w, DTYPE), tf.constant(betas, DTYPE),
+                                      x, y))
 
 
 _COMPILED: dict = {}

@@ -1,14 +1,15 @@
-"""The unified optimizers by name: `build(objective, OptimizerConfig) -> UnifiedAlgorithm`."""
+"""The unified optimizers by name: `build(objective, data, OptimizerConfig)`."""
 
 from __future__ import annotations
 
 from typing import Callable
 
 from tff_pflego.unified import ascd_pfl, asvrcd_pfl, lsgd_pfl, scd_pfl, svrcd_pfl
-from tff_pflego.unified.objectives import Objective
+from tff_pflego.unified.objectives import DeviceData, Objective
 from tff_pflego.unified.process import OptimizerConfig, UnifiedAlgorithm
 
-OPTIMIZERS: dict[str, Callable[[Objective, OptimizerConfig], UnifiedAlgorithm]] = {
+OPTIMIZERS: dict[str, Callable[[Objective, DeviceData, OptimizerConfig],
+                                UnifiedAlgorithm]] = {
     "lsgd_pfl": lsgd_pfl.build,
     "ascd_pfl": ascd_pfl.build,
     "asvrcd_pfl": asvrcd_pfl.build,
@@ -17,8 +18,8 @@ OPTIMIZERS: dict[str, Callable[[Objective, OptimizerConfig], UnifiedAlgorithm]] 
 }
 
 
-def build_optimizer(name: str, objective: Objective, config: OptimizerConfig
-                    ) -> UnifiedAlgorithm:
+def build_optimizer(name: str, objective: Objective, data: DeviceData,
+                    config: OptimizerConfig) -> UnifiedAlgorithm:
   if name not in OPTIMIZERS:
     raise ValueError(f"unknown unified optimizer {name!r}; available: {', '.join(OPTIMIZERS)}")
-  return OPTIMIZERS[name](objective, config)
+  return OPTIMIZERS[name](objective, data, config)
