@@ -102,8 +102,8 @@ def _plot(results: dict, path: str) -> None:
     for ax in (top, bottom):
       ax.grid(True, which="major", alpha=0.3)
   axes[0][0].legend(fontsize=8)
-  fig.suptitle("Unified PFL optimizers on the paper's synthetic problems "
-               "(binaries/reproduce_unified.py)")
+  fig.suptitle("Unified PFL optimizers, synthetic problems\n"
+               "(binaries/reproduce_unified.py)", fontsize=9)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
 

@@ -15,14 +15,26 @@ from tff_pflego import cli  # pylint: disable=g-bad-import-order
 
 from absl import flags
 
-from tff_pflego.unified import experiment, registry, synthetic
+from tff_pflego.data import sources
+from tff_pflego.unified import experiment, objectives, registry
 
 _D = experiment.UnifiedConfig()
-flags.DEFINE_enum("dataset", _D.dataset, synthetic.SYNTHETIC, "The problem.")
+flags.DEFINE_enum("dataset", _D.dataset, experiment.DATASETS,
+                  "The problem: a synthetic generator or a real dataset (M devices).")
 flags.DEFINE_float("heterogeneity", _D.heterogeneity,
-                   "sigma: the spread of the devices' generating parameters.")
-flags.DEFINE_enum("objective", None, ["mx2", "ews"],
-                  "The objective (each synthetic problem has the paper's: mx2 / ews).")
+                   "Synthetic: sigma, the spread of the devices' generating parameters.")
+flags.DEFINE_enum("objective", None, objectives.OBJECTIVES,
+                  "The objective; synthetic problems have the paper's (mx2 / ews), real "
+                  "data need one of fl, local, mt2, mx2, apfl2.")
+flags.DEFINE_integer("classes_per_device", _D.classes_per_device,
+                     "Real data: c distinct classes per device.", lower_bound=1)
+flags.DEFINE_bool("colour", _D.colour, "CIFAR-10: 3072 colour features, not 1024 grey.")
+flags.DEFINE_float("ridge", None, "Ridge on f~ (unset: 0 synthetic, 0.01 real data).",
+                   lower_bound=0)
+flags.DEFINE_bool("paper_mu", _D.paper_mu,
+                  "Real data: the reference's heuristic mu in the step parameters.")
+flags.DEFINE_string("data_dir", _D.data_dir, "Where prepared datasets live.")
+flags.DEFINE_string("raw_data_dir", _D.raw_data_dir, "Where raw dataset files live.")
 flags.DEFINE_enum("algorithm", _D.algorithm, list(registry.OPTIMIZERS), "The optimizer.")
 flags.DEFINE_integer("rounds", _D.rounds, "Communications.", lower_bound=1)
 flags.DEFINE_integer("seed", _D.seed, "Seed of the optimizer's random draws.")
@@ -45,6 +57,8 @@ def main(argv: list[str]) -> None:
   f = flags.FLAGS
   config = experiment.UnifiedConfig(
       dataset=f.dataset, heterogeneity=f.heterogeneity, objective=f.objective,
+      classes_per_device=f.classes_per_device, colour=f.colour, ridge=f.ridge,
+      paper_mu=f.paper_mu, data_dir=f.data_dir, raw_data_dir=f.raw_data_dir,
       algorithm=f.algorithm, rounds=f.rounds, seed=f.seed,
       reparametrize=not f.no_reparametrize, p_w=f.p_w, ascd_variant=f.ascd_variant,
       local_steps=f.local_steps, lsgd_lr=f.lsgd_lr, eval_every=f.eval_every,
@@ -53,10 +67,12 @@ def main(argv: list[str]) -> None:
   with runtime.execution_context():
     summary = experiment.run(config)
   final = summary["final"]
-  print(f"{summary['algorithm']} on {f.dataset} (sigma {f.heterogeneity}), "
+  print(f"{summary['algorithm']} on {f.dataset}, "
         f"{summary['communications']} communications in {summary['seconds']:.1f} s: "
         f"F = {final['objective']:.10g}, F* = {final['optimum']:.10g}, relative "
         f"suboptimality {final['relative_suboptimality']:.3e}")
+  if f.dataset in experiment.real_data.REAL:
+    print(f"  test accuracy of the local models: {final['test_accuracy']:.4f}")
   print(f"  communications to reach 1e-2 / 1e-4 / 1e-6: "
         f"{' / '.join(str(v) for v in summary['communications_to_reach'].values())}")
   print(f"  outputs: {f.output_dir}/ (summary.json, metrics.csv)")

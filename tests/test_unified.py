@@ -52,14 +52,19 @@ def _flat_hessian(objective, data, flat):
 
 # --- constants ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("kind", ["fl", "local", "mt2", "mx2", "apfl2", "ews"])
+@pytest.mark.parametrize("kind,loss", [
+    ("fl", "logistic"), ("local", "logistic"), ("mt2", "logistic"), ("mx2", "logistic"),
+    ("apfl2", "logistic"), ("ews", "logistic"), ("mx2", "softmax"), ("mt2", "softmax"),
+    ("apfl2", "softmax")])
 @pytest.mark.parametrize("reparametrize", [True, False])
-def test_constants_bound_numerical_hessians(kind, reparametrize):
+def test_constants_bound_numerical_hessians(kind, loss, reparametrize):
   """lambda_max of the w and beta blocks of the Hessian of F <= L_w, L_beta and
   lambda_min of the whole Hessian >= mu, at random points; the same for one example's
   component (calligraphic constants). The bounds are also near-tight for mu."""
-  data = _data()
-  objective = _objective(kind, data, reparametrize=reparametrize)
+  softmax = loss == "softmax"
+  data = _data(d=3 if softmax else 4, classes=3 if softmax else 2)
+  objective = _objective(kind, data, reparametrize=reparametrize, loss=loss,
+                         **(dict(num_classes=3) if softmax else {}))
   block = constants.block_constants(objective, constants.curvatures(objective, data))
   d0, m = objective.global_dim, objective.num_devices
   size = d0 + m * objective.local_dim

@@ -38,7 +38,7 @@ class Extras:
   """Problem-specific scores: estimation error against the generating parameters
   (synthetic) and the local models' test accuracy (real data)."""
   estimation_error: Optional[Callable[[np.ndarray, np.ndarray], float]] = None
-  test_accuracy: Optional[Callable[[np.ndarray], float]] = None
+  test_accuracy: Optional[Callable[[np.ndarray, np.ndarray], float]] = None
 
 
 def rounds_to_reach(rows: list[dict], precision: float) -> Optional[int]:
@@ -75,7 +75,7 @@ def run(algorithm: UnifiedAlgorithm, data: DeviceData, rounds: int, optimum: flo
         bytes_up_per_device=traffic["bytes_up"] * round_num,
         estimation_error=(extras.estimation_error(w, betas)
                           if extras.estimation_error else float("nan")),
-        test_accuracy=(extras.test_accuracy(betas) if extras.test_accuracy
+        test_accuracy=(extras.test_accuracy(w, betas) if extras.test_accuracy
                        else float("nan")),
         seconds=time.perf_counter() - start))
 

@@ -1,37 +1,50 @@
 """One unified-framework run from its settings: problem, constants, optimum, optimizer.
 
-The synthetic problems use the paper's objectives (MX2 with lam = 0.01/sigma, EWS
-without a ridge) and the paper's local mu' (smallest eigenvalue of the average
-logistic Hessian at the generating parameters, spec section 8); every other constant is
-computed from the data (`constants`). F* comes from the central float64 solver.
+Synthetic problems use the paper's objectives (MX2 with lam = 0.01/sigma, EWS without
+a ridge) and the paper's local mu' (smallest eigenvalue of the average logistic
+Hessian at the generating parameters, spec section 8). Real data (spec 4.3) use the
+softmax-with-bias model, the paper's lam / alpha / a for the objective and c, and a
+ridge term (default 0.01) on f~: without it the over-parametrized problem is not
+strongly convex, F* may not be attained, and no suboptimality is defined. Every other
+constant is computed from the data (`constants`); `paper_mu` replaces mu by the
+reference's heuristic in the step parameters (spec 4.3's table). F* comes from the
+central float64 solver.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
+from tff_pflego.data import sources
 from tff_pflego.errors import UserError
-from tff_pflego.unified import constants, driver, registry, solver, synthetic
-from tff_pflego.unified.objectives import Objective
+from tff_pflego.unified import (constants, driver, real_data, registry, solver,
+                                synthetic)
+from tff_pflego.unified.objectives import OBJECTIVES, DeviceData, Objective
 from tff_pflego.unified.process import OptimizerConfig
 
 ASCD_VARIANTS = ("frozen", "lifted")
+DATASETS = synthetic.SYNTHETIC + real_data.REAL
+REAL_DATA_RIDGE = 0.01
 
 
 @dataclasses.dataclass(frozen=True)
 class UnifiedConfig:
   dataset: str = "synthetic_mx2"
-  heterogeneity: float = 0.1  # sigma
-  objective: Optional[str] = None  # None: the dataset's (mx2 / ews)
+  heterogeneity: float = 0.1  # sigma (synthetic)
+  objective: Optional[str] = None  # synthetic: theirs (mx2 / ews); real data: required
+  classes_per_device: int = 2  # c (real data)
+  colour: bool = False  # CIFAR-10: 3072 colour features instead of 1024 grey
+  ridge: Optional[float] = None  # None: 0 synthetic, REAL_DATA_RIDGE real data
+  paper_mu: bool = False  # real data: the reference's heuristic mu in the parameters
   algorithm: str = "ascd_pfl"
   rounds: int = 1000  # communications
-  seed: int = 0  # the optimizer's draws (the data's seed is the paper's 111)
-  data_seed: int = 111
+  seed: int = 0  # the optimizer's draws
+  data_seed: Optional[int] = None  # None: 111 synthetic (the paper's), 0 real data
   num_devices: int = 20
-  num_examples: int = 1000
+  num_examples: int = 1000  # synthetic n (real data: 100 train / 300 test per device)
   reparametrize: bool = True
   p_w: Optional[float] = None  # None: the theory's calL_w / (calL_w + calL_beta)
   ascd_variant: str = "frozen"
@@ -40,69 +53,113 @@ class UnifiedConfig:
   eval_every: int = 1
   output_dir: Optional[str] = None
   progress: bool = False
+  data_dir: str = sources.DEFAULT_DATA_DIR
+  raw_data_dir: str = sources.DEFAULT_RAW_DATA_DIR
+
+  @property
+  def synthetic(self) -> bool:
+    return self.dataset in synthetic.SYNTHETIC
 
   def check(self) -> None:
-    problems = []
-    if self.dataset not in synthetic.SYNTHETIC:
-      problems.append(f"--dataset must be one of {', '.join(synthetic.SYNTHETIC)} for "
-                      f"the unified framework, got {self.dataset!r}")
-    expected = self.dataset.split("_", 1)[-1]
-    if self.objective not in (None, expected):
-      problems.append(f"--objective for {self.dataset} is {expected}, got "
-                      f"{self.objective!r}")
+    """Raises UserError naming the first setting that is not allowed."""
+    problem = self._problem()
+    if problem:
+      raise UserError(problem)
+
+  def _problem(self) -> Optional[str]:
+    if self.dataset not in DATASETS:
+      return f"--dataset must be one of {', '.join(DATASETS)}, got {self.dataset!r}"
+    if self.synthetic:
+      expected = self.dataset.split("_", 1)[-1]
+      if self.objective not in (None, expected):
+        return f"--objective for {self.dataset} is {expected}, got {self.objective!r}"
+    elif self.objective not in tuple(k for k in OBJECTIVES if k != "ews"):
+      return (f"--objective for real data must be one of fl, local, mt2, mx2, apfl2, "
+              f"got {self.objective!r}")
     if self.algorithm not in registry.OPTIMIZERS:
-      problems.append(f"--algorithm must be one of {', '.join(registry.OPTIMIZERS)}, "
-                      f"got {self.algorithm!r}")
+      return (f"--algorithm must be one of {', '.join(registry.OPTIMIZERS)}, "
+              f"got {self.algorithm!r}")
     if not self.heterogeneity > 0:
-      problems.append(f"--heterogeneity must be > 0, got {self.heterogeneity}")
+      return f"--heterogeneity must be > 0, got {self.heterogeneity}"
     if self.p_w is not None and not 0 < self.p_w < 1:
-      problems.append(f"--p_w must be in (0, 1), got {self.p_w}")
+      return f"--p_w must be in (0, 1), got {self.p_w}"
     if self.ascd_variant not in ASCD_VARIANTS:
-      problems.append(f"--ascd_variant must be one of {', '.join(ASCD_VARIANTS)}, got "
-                      f"{self.ascd_variant!r}")
-    for name in ("rounds", "local_steps", "eval_every", "num_devices", "num_examples"):
+      return (f"--ascd_variant must be one of {', '.join(ASCD_VARIANTS)}, "
+              f"got {self.ascd_variant!r}")
+    if self.ridge is not None and self.ridge < 0:
+      return f"--ridge must be >= 0, got {self.ridge}"
+    for name in ("rounds", "local_steps", "eval_every", "num_devices", "num_examples",
+                 "classes_per_device"):
       if getattr(self, name) < 1:
-        problems.append(f"--{name} must be >= 1, got {getattr(self, name)}")
-    if problems:
-      raise UserError(problems[0])
+        return f"--{name} must be >= 1, got {getattr(self, name)}"
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
   objective: Objective
-  problem: synthetic.SyntheticProblem
+  data: DeviceData
   constants: constants.BlockConstants
   params: constants.StepParameters
   optimum: solver.Optimum
+  extras: driver.Extras
+  provenance: dict
 
 
-def build_problem(config: UnifiedConfig) -> Problem:
+def _synthetic(config: UnifiedConfig):
   sigma, m, n = config.heterogeneity, config.num_devices, config.num_examples
+  seed = 111 if config.data_seed is None else config.data_seed
+  ridge = config.ridge or 0.0
   if config.dataset == "synthetic_mx2":
-    problem = synthetic.synthetic_mx2(sigma, m, n, seed=config.data_seed)
+    problem = synthetic.synthetic_mx2(sigma, m, n, seed=seed)
     objective = Objective("mx2", "logistic", m, problem.data.x.shape[-1],
-                          penalty=synthetic.mx2_penalty(sigma),
+                          penalty=synthetic.mx2_penalty(sigma), ridge=ridge,
                           reparametrize=config.reparametrize)
     thetas = problem.local_true
   else:
-    problem = synthetic.synthetic_ews(sigma, m, n, seed=config.data_seed)
-    d_g = problem.global_true.shape[0]
+    problem = synthetic.synthetic_ews(sigma, m, n, seed=seed)
     objective = Objective("ews", "logistic", m, problem.data.x.shape[-1],
-                          global_features=d_g, reparametrize=config.reparametrize)
+                          global_features=problem.global_true.shape[0], ridge=ridge,
+                          reparametrize=config.reparametrize)
     thetas = np.concatenate([np.tile(problem.global_true, (m, 1)), problem.local_true], 1)
   mu_prime = constants.logistic_curvature_at(objective, problem.data, thetas)
+  extras = driver.Extras(estimation_error=_estimation_error(objective, problem))
+  provenance = dict(dataset=config.dataset, sigma=sigma, data_seed=seed)
+  return objective, problem.data, mu_prime, extras, provenance
+
+
+def _real(config: UnifiedConfig):
+  split = real_data.load(
+      config.dataset, config.classes_per_device, config.num_devices,
+      seed=0 if config.data_seed is None else config.data_seed, colour=config.colour,
+      data_dir=config.data_dir, raw_data_dir=config.raw_data_dir)
+  ridge = REAL_DATA_RIDGE if config.ridge is None else config.ridge
+  objective = Objective(
+      config.objective, "softmax", config.num_devices, split.data.x.shape[-1],
+      num_classes=split.num_classes, ridge=ridge, reparametrize=config.reparametrize,
+      **real_data.paper_objective_options(config.objective, config.classes_per_device))
+  extras = driver.Extras(test_accuracy=lambda w, betas: real_data.local_accuracy(
+      objective, split.data, w, betas))
+  return objective, split.data, None, extras, split.provenance
+
+
+def build_problem(config: UnifiedConfig) -> Problem:
+  objective, data, mu_prime, extras, provenance = (
+      _synthetic(config) if config.synthetic else _real(config))
   block = constants.block_constants(
-      objective, constants.curvatures(objective, problem.data, mu_prime))
-  params = constants.step_parameters(block, n, p_w=config.p_w)
-  optimum = solver.solve(objective, problem.data)
-  return Problem(objective, problem, block, params, optimum)
+      objective, constants.curvatures(objective, data, mu_prime))
+  mu = constants.paper_mu(objective) if config.paper_mu else None
+  params = constants.step_parameters(block, data.num_examples, p_w=config.p_w, mu=mu)
+  # The ridge is a global strong convexity: the solver certifies F* with it.
+  optimum = solver.solve(objective, data, strong_convexity=block.mu if mu_prime is None
+                         else 0.0)
+  return Problem(objective, data, block, params, optimum, extras, provenance)
 
 
-def estimation_error(problem: Problem):
-  """MX2: sum_m |beta_m - beta*_m|^2; EWS: |s w - w*|^2 + (1/M) sum_m |beta_m - beta*_m|^2
-  (spec 4.1, 4.2)."""
-  truth, objective = problem.problem, problem.objective
-
+def _estimation_error(objective: Objective, truth: synthetic.SyntheticProblem
+                      ) -> Callable[[np.ndarray, np.ndarray], float]:
+  """MX2: sum_m |beta_m - beta*_m|^2; EWS: |s w - w*|^2 + (1/M) sum_m |beta_m -
+  beta*_m|^2 (spec 4.1, 4.2)."""
   def error(w: np.ndarray, betas: np.ndarray) -> float:
     local = float(np.sum((betas - truth.local_true) ** 2))
     if objective.kind == "mx2":
@@ -116,20 +173,20 @@ def run(config: UnifiedConfig) -> dict:
   config.check()
   problem = build_problem(config)
   optimizer_config = OptimizerConfig(
-      problem.params, config.seed,
-      frozen=config.ascd_variant == "frozen", local_steps=config.local_steps,
-      lsgd_lr=config.lsgd_lr)
-  algorithm = registry.build_optimizer(config.algorithm, problem.objective,
-                                       problem.problem.data, optimizer_config)
+      problem.params, config.seed, frozen=config.ascd_variant == "frozen",
+      local_steps=config.local_steps, lsgd_lr=config.lsgd_lr)
+  algorithm = registry.build_optimizer(config.algorithm, problem.objective, problem.data,
+                                       optimizer_config)
+  settings = dataclasses.asdict(config)
   return driver.run(
-      algorithm, problem.problem.data, config.rounds, problem.optimum.value,
-      output_dir=config.output_dir, eval_every=config.eval_every,
-      extras=driver.Extras(estimation_error=estimation_error(problem)),
+      algorithm, problem.data, config.rounds, problem.optimum.value,
+      output_dir=config.output_dir, eval_every=config.eval_every, extras=problem.extras,
       progress=config.progress,
       summary_extra=dict(
-          settings=dataclasses.asdict(config),
+          settings=settings, data=problem.provenance,
           constants=dataclasses.asdict(problem.constants),
           step_parameters=dataclasses.asdict(problem.params),
           optimum=dict(value=problem.optimum.value,
                        gradient_norm=problem.optimum.gradient_norm,
+                       certified_gap=problem.optimum.gap_bound,
                        solver_iterations=problem.optimum.iterations)))
