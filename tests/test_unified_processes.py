@@ -122,3 +122,22 @@ def test_variance_reduction_reaches_1e_9_where_plain_methods_stall():
     results[name] = summary["final"]["relative_suboptimality"]
   assert results["asvrcd_pfl"] < 1e-9, results
   assert results["ascd_pfl"] > 1e-4 and results["scd_pfl"] > 1e-4, results
+
+
+@pytest.mark.parametrize("name", ["l2sgd_plus", "pfedme"])
+def test_mx_baselines_match_the_numpy_reference(name):
+  """L2SGD+ (p = 0.4, so rounds hold several local steps) and pFedMe, 5 communications
+  on MX2: the reported w and every device's model equal a numpy float64
+  implementation of spec section 3 to 1e-10."""
+  objective, data, problem = _problem("mx2")
+  params = _params(objective, data, p_w=0.4)
+  algorithm, state, states, _ = _run(name, objective, data, params, 5)
+  y = data.y.astype(np.float64)
+  if name == "l2sgd_plus":
+    w, betas = ref.l2sgd_plus(data.x, y, objective.penalty, objective.ridge, 0.4,
+                              params.eta, objective.scale, 5, 5)
+  else:
+    w, betas = ref.pfedme(data.x, y, objective.penalty, objective.ridge, objective.scale,
+                          5, 5)
+  assert algorithm.global_iterate(state) == pytest.approx(w, abs=1e-10)
+  assert algorithm.local_iterates(states) == pytest.approx(betas, abs=1e-10)

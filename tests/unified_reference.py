@@ -169,3 +169,52 @@ def expected_local_iterations(q: float) -> float:
 
 def geometric_variance(q: float) -> float:
   return (1 - q) / q ** 2
+
+
+def logistic_gradient(theta, x, y, ridge):
+  return x.T @ (sigmoid(x @ theta) - y) / len(y) + ridge * theta
+
+
+def l2sgd_plus(xs, ys, lam, ridge, p, eta, scale, rounds, seed):
+  """L2SGD+ on (9), written per iteration: returns (xbar / scale, x_m) after `rounds`
+  communications (the last averaging step pending, as the process reports it)."""
+  m, n, d = xs.shape
+  x = np.zeros((m, d))
+  table, psi = np.zeros((m, n, d)), np.zeros((m, d))
+  x_bar = np.zeros(d)
+  for r in range(rounds):
+    if r > 0:
+      for i in range(m):
+        g = lam / (m * p) * (x[i] - x_bar) - (1 / p - 1) * psi[i] / m + table[i].mean(0) / m
+        x[i] = x[i] - eta * g
+        psi[i] = lam * (x[i] - x_bar)
+    local = int(sampling.round_schedule(seed, r, p, 0.0, False)["local_steps"])
+    for i in range(m):
+      for j in sampling.example_indices(seed, r, i, local, n).numpy():
+        grad = logistic_gradient(x[i], xs[i][j:j + 1], ys[i][j:j + 1], ridge)
+        g = (grad - table[i][j]) / (m * (1 - p)) + table[i].mean(0) / m + psi[i] / m
+        table[i][j] = grad
+        x[i] = x[i] - eta * g
+    x_bar = x.mean(0)
+  return x_bar / scale, x
+
+
+def pfedme(xs, ys, lam, ridge, scale, rounds, seed, local_rounds=20, inner_steps=5,
+           inner_lr=1.0, batch=20, eta=0.005):
+  m, n, d = xs.shape
+  w, theta = np.zeros(d), np.zeros((m, d))
+  for r in range(rounds):
+    models = []
+    for i in range(m):
+      draws = sampling.example_indices(seed, r, i, local_rounds * batch, n).numpy()
+      w_m = w.copy()
+      for k in range(local_rounds):
+        chosen = list(dict.fromkeys(draws[k * batch:(k + 1) * batch]))
+        x, y = xs[i][chosen], ys[i][chosen]
+        for _ in range(inner_steps):
+          theta[i] = theta[i] - inner_lr * (logistic_gradient(theta[i], x, y, ridge)
+                                            + lam * (theta[i] - w_m))
+        w_m = w_m - eta * lam * (w_m - theta[i])
+      models.append(w_m)
+    w = np.mean(models, axis=0)
+  return w / scale, theta

@@ -167,6 +167,13 @@ class Objective:
     return tuple(tape.gradient(loss, [w, beta],
                                unconnected_gradients=tf.UnconnectedGradients.ZERO))
 
+  def loss_gradient(self, theta: tf.Tensor, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+    """grad f~(theta) on the examples (x, y): the device loss alone, no coupling."""
+    with tf.GradientTape() as tape:
+      tape.watch(theta)
+      loss = self._mean_loss(theta, x, y) + self._ridge(theta)
+    return tape.gradient(loss, theta)
+
   def predict_local(self, beta: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
     """Class predictions of the local model beta_m alone (how the paper scores tests)."""
     if self.loss == "logistic":

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from tff_pflego.unified import ascd_pfl, asvrcd_pfl, lsgd_pfl, scd_pfl, svrcd_pfl
+from tff_pflego.unified import (ascd_pfl, asvrcd_pfl, l2sgd_plus, lsgd_pfl, pfedme,
+                                scd_pfl, svrcd_pfl)
 from tff_pflego.unified.objectives import DeviceData, Objective
 from tff_pflego.unified.process import OptimizerConfig, UnifiedAlgorithm
 
@@ -15,6 +16,8 @@ OPTIMIZERS: dict[str, Callable[[Objective, DeviceData, OptimizerConfig],
     "asvrcd_pfl": asvrcd_pfl.build,
     "scd_pfl": scd_pfl.build,
     "svrcd_pfl": svrcd_pfl.build,
+    "l2sgd_plus": l2sgd_plus.build,
+    "pfedme": pfedme.build,
 }
 
 
