@@ -44,7 +44,8 @@ def _cells():
       for algorithm in f.algorithms:
         if algorithm not in registry.OPTIMIZERS:
           raise UserError(f"--algorithms: unknown optimizer {algorithm!r}")
-        yield dataset, sigma, algorithm
+        if registry.supports(algorithm, dataset.split("_", 1)[-1]):
+          yield dataset, sigma, algorithm
 
 
 def _run_dir(dataset: str, sigma: float, algorithm: str) -> str:

@@ -189,7 +189,10 @@ def build(name: str, objective: Objective, rule: BlockRule, data: DeviceData,
     counts = collections.OrderedDict(
         w_gradients=per_gradient * step_w + n * refreshes,
         beta_gradients=per_gradient * (local + steps - step_w) + n * refreshes)
-    update = collections.OrderedDict(direction=direction, full=full_w)
+    # Only what the server needs goes up: the full gradient only with refreshes.
+    update = collections.OrderedDict(direction=direction)
+    if vr:
+      update["full"] = full_w
     return update, collections.OrderedDict(device=device, beta=b_new), counts
 
   def server(state, schedule, mean_update):

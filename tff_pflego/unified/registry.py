@@ -20,6 +20,13 @@ OPTIMIZERS: dict[str, Callable[[Objective, DeviceData, OptimizerConfig],
     "pfedme": pfedme.build,
 }
 
+# The baselines solve the mixture objective only; the others take any objective.
+ONLY_FOR = {"l2sgd_plus": ("mx2",), "pfedme": ("mx2",)}
+
+
+def supports(name: str, objective_kind: str) -> bool:
+  return objective_kind in ONLY_FOR.get(name, (objective_kind,))
+
 
 def build_optimizer(name: str, objective: Objective, data: DeviceData,
                     config: OptimizerConfig) -> UnifiedAlgorithm:
