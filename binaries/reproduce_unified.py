@@ -1,13 +1,20 @@
-r"""The unified framework's synthetic experiments (spec UNIFIED.md 4.1, 4.2): every
-optimizer on synthetic MX2 (sigma 0.1, 0.3, 1) and EWS (sigma 5, 10, 15), 1000
-communications each, suboptimality against the central F*.
+r"""The unified framework's experiments (spec UNIFIED.md 4.1-4.3), resumable.
+
+Synthetic (default): every optimizer on synthetic MX2 (sigma 0.1, 0.3, 1) and EWS
+(sigma 5, 10, 15), 1000 communications each:
 
   python binaries/reproduce_unified.py --output_dir=runs/unified --docs_dir=docs/unified
 
-Resumable: a run whose summary.json exists is read, not rerun. Writes
-<docs_dir>/synthetic.png (relative suboptimality and estimation error against
-communications, one column per problem) and <docs_dir>/results.md (communications to
-reach 1e-2 / 1e-4 / 1e-6, final suboptimality, seconds per 1000 communications).
+Real data: objective x c x optimizer on each dataset (20 devices, c classes each):
+
+  python binaries/reproduce_unified.py --datasets=mnist --objectives=mt2,mx2,apfl2 \
+      --classes=2,4,8 --algorithms=lsgd_pfl,ascd_pfl,asvrcd_pfl
+
+A run whose summary.json exists is read, not rerun. Writes <docs_dir>/<dataset>.png
+(relative suboptimality, and estimation error or test accuracy, against
+communications; one column per problem) and <docs_dir>/results.md (communications to
+reach 1e-2 / 1e-4 / 1e-6, final values, seconds per 1000 communications) over every
+run found.
 """
 
 from __future__ import annotations
@@ -15,8 +22,10 @@ from __future__ import annotations
 from tff_pflego import cli  # pylint: disable=g-bad-import-order
 
 import csv
+import dataclasses
 import json
 import os
+from typing import Optional
 
 from absl import flags
 
@@ -24,32 +33,67 @@ from tff_pflego.errors import UserError
 from tff_pflego.unified import experiment, registry, synthetic
 
 flags.DEFINE_string("output_dir", "runs/unified", "Where each run's outputs go.")
-flags.DEFINE_string("docs_dir", "docs/unified", "Where the figure and table go.")
+flags.DEFINE_string("docs_dir", "docs/unified", "Where the figures and table go.")
 flags.DEFINE_list("datasets", list(synthetic.SYNTHETIC), "Problems to run.")
-flags.DEFINE_list("heterogeneity", [], "sigma values (default: the paper's for each).")
+flags.DEFINE_list("heterogeneity", [], "Synthetic sigma values (default: the paper's).")
+flags.DEFINE_list("objectives", ["mt2", "mx2", "apfl2"], "Real data: objectives.")
+flags.DEFINE_list("classes", ["2", "4", "8"], "Real data: classes per device c.")
 flags.DEFINE_list("algorithms", list(registry.OPTIMIZERS), "Optimizers to run.")
 flags.DEFINE_integer("rounds", 1000, "Communications per run.", lower_bound=1)
 flags.DEFINE_integer("eval_every", 5, "Communications between evaluations.", lower_bound=1)
 flags.DEFINE_integer("seed", 0, "The optimizers' seed.")
 
 
-def _cells():
+@dataclasses.dataclass(frozen=True, order=True)
+class Cell:
+  dataset: str
+  objective: str
+  sigma: Optional[float]  # synthetic
+  classes: Optional[int]  # real data
+  algorithm: str
+
+  @property
+  def problem(self) -> str:
+    if self.sigma is not None:
+      return f"{self.dataset}_sigma{self.sigma:g}"
+    return f"{self.dataset}_{self.objective}_c{self.classes}"
+
+  @property
+  def title(self) -> str:
+    if self.sigma is not None:
+      return f"{self.objective.upper()}, sigma = {self.sigma:g}"
+    return f"{self.objective.upper()}, c = {self.classes}"
+
+  def config(self) -> experiment.UnifiedConfig:
+    f = flags.FLAGS
+    options = (dict(heterogeneity=self.sigma) if self.sigma is not None else
+               dict(objective=self.objective, classes_per_device=self.classes))
+    return experiment.UnifiedConfig(
+        dataset=self.dataset, algorithm=self.algorithm, rounds=f.rounds, seed=f.seed,
+        eval_every=f.eval_every, output_dir=os.path.join(f.output_dir, self.problem,
+                                                         self.algorithm),
+        progress=True, **options)
+
+
+def _cells() -> list[Cell]:
   f = flags.FLAGS
+  cells = []
   for dataset in f.datasets:
-    if dataset not in synthetic.SYNTHETIC:
+    if dataset not in experiment.DATASETS:
       raise UserError(f"--datasets: unknown problem {dataset!r}")
-    sigmas = ([float(s) for s in f.heterogeneity] if f.heterogeneity
-              else synthetic.PAPER_HETEROGENEITY[dataset])
-    for sigma in sigmas:
+    if dataset in synthetic.SYNTHETIC:
+      objective = dataset.split("_", 1)[-1]
+      problems = [(objective, float(s), None) for s in
+                  (f.heterogeneity or synthetic.PAPER_HETEROGENEITY[dataset])]
+    else:
+      problems = [(o, None, int(c)) for o in f.objectives for c in f.classes]
+    for objective, sigma, classes in problems:
       for algorithm in f.algorithms:
         if algorithm not in registry.OPTIMIZERS:
           raise UserError(f"--algorithms: unknown optimizer {algorithm!r}")
-        if registry.supports(algorithm, dataset.split("_", 1)[-1]):
-          yield dataset, sigma, algorithm
-
-
-def _run_dir(dataset: str, sigma: float, algorithm: str) -> str:
-  return os.path.join(flags.FLAGS.output_dir, f"{dataset}_sigma{sigma:g}", algorithm)
+        if registry.supports(algorithm, objective):
+          cells.append(Cell(dataset, objective, sigma, classes, algorithm))
+  return cells
 
 
 def _read_rows(run_dir: str) -> list[dict]:
@@ -60,69 +104,104 @@ def _read_rows(run_dir: str) -> list[dict]:
 def main(argv: list[str]) -> None:
   del argv
   from tff_pflego import runtime
-  f = flags.FLAGS
-  cells = list(_cells())
-  results = {}
+  cells = _cells()
+  for cell in cells:
+    cell.config().check()
   with runtime.execution_context():
-    for dataset, sigma, algorithm in cells:
-      run_dir = _run_dir(dataset, sigma, algorithm)
-      summary_path = os.path.join(run_dir, "summary.json")
-      if not os.path.exists(summary_path):
-        print(f"{dataset} sigma={sigma:g} {algorithm}: {f.rounds} communications")
-        experiment.run(experiment.UnifiedConfig(
-            dataset=dataset, heterogeneity=sigma, algorithm=algorithm, rounds=f.rounds,
-            seed=f.seed, eval_every=f.eval_every, output_dir=run_dir, progress=True))
-      with open(summary_path) as s:
-        results[(dataset, sigma, algorithm)] = (json.load(s), _read_rows(run_dir))
-  os.makedirs(f.docs_dir, exist_ok=True)
-  _plot(results, os.path.join(f.docs_dir, "synthetic.png"))
-  _table(results, os.path.join(f.docs_dir, "results.md"))
-  print(f"wrote {f.docs_dir}/synthetic.png and {f.docs_dir}/results.md")
+    for cell in cells:
+      config = cell.config()
+      if not os.path.exists(os.path.join(config.output_dir, "summary.json")):
+        print(f"{cell.problem} {cell.algorithm}: {config.rounds} communications")
+        experiment.run(config)
+  results = _collect()
+  docs = flags.FLAGS.docs_dir
+  os.makedirs(docs, exist_ok=True)
+  for dataset in sorted({c.dataset for c in results}):
+    _plot({c: r for c, r in results.items() if c.dataset == dataset},
+          os.path.join(docs, f"{dataset}.png"))
+  _table(results, os.path.join(docs, "results.md"))
+  print(f"wrote {docs}/<dataset>.png and {docs}/results.md")
+
+
+def _collect() -> dict[Cell, tuple[dict, list[dict]]]:
+  """Every finished run under --output_dir (this invocation's and earlier ones)."""
+  results = {}
+  root = flags.FLAGS.output_dir
+  for problem in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+    for algorithm in sorted(os.listdir(os.path.join(root, problem))):
+      run_dir = os.path.join(root, problem, algorithm)
+      if not os.path.exists(os.path.join(run_dir, "summary.json")):
+        continue
+      with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+      settings = summary["settings"]
+      synthetic_run = settings["dataset"] in synthetic.SYNTHETIC
+      cell = Cell(settings["dataset"], summary["objective"]["kind"],
+                  settings["heterogeneity"] if synthetic_run else None,
+                  None if synthetic_run else settings["classes_per_device"],
+                  summary["algorithm"])
+      results[cell] = (summary, _read_rows(run_dir))
+  return results
 
 
 def _plot(results: dict, path: str) -> None:
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
-  problems = sorted({(d, s) for d, s, _ in results})
-  fig, axes = plt.subplots(2, len(problems), figsize=(3.6 * len(problems), 6.4),
+  problems = sorted({(c.objective, c.sigma or 0, c.classes or 0, c.title)
+                     for c in results})
+  fig, axes = plt.subplots(2, len(problems), figsize=(3.4 * len(problems), 6.4),
                            squeeze=False)
-  for column, (dataset, sigma) in enumerate(problems):
+  colors = {name: f"C{i}" for i, name in enumerate(registry.OPTIMIZERS)}
+  for column, (objective, sigma, classes, title) in enumerate(problems):
     top, bottom = axes[0][column], axes[1][column]
-    for (d, s, algorithm), (_, rows) in sorted(results.items()):
-      if (d, s) != (dataset, sigma):
+    for cell, (_, rows) in sorted(results.items()):
+      if (cell.objective, cell.sigma or 0, cell.classes or 0) != (objective, sigma, classes):
         continue
       rounds = [r["round"] for r in rows]
+      style = dict(label=cell.algorithm, color=colors[cell.algorithm], lw=1.2)
       top.semilogy(rounds, [max(r["relative_suboptimality"], 1e-16) for r in rows],
-                   label=algorithm)
-      bottom.semilogy(rounds, [r["estimation_error"] for r in rows], label=algorithm)
-    top.set_title(f"{dataset.replace('synthetic_', '').upper()}, sigma = {sigma:g}")
-    top.set_ylabel("(F - F*) / F*")
-    bottom.set_ylabel("estimation error")
+                   **style)
+      if cell.sigma is not None:
+        bottom.semilogy(rounds, [r["estimation_error"] for r in rows], **style)
+      else:
+        bottom.plot(rounds, [100 * r["test_accuracy"] for r in rows], **style)
+    top.set_title(title, fontsize=10)
     bottom.set_xlabel("communications")
     for ax in (top, bottom):
       ax.grid(True, which="major", alpha=0.3)
-  axes[0][0].legend(fontsize=8)
-  fig.suptitle("Unified PFL optimizers, synthetic problems\n"
-               "(binaries/reproduce_unified.py)", fontsize=9)
+  synthetic_plot = any(c.sigma is not None for c in results)
+  axes[0][0].set_ylabel("(F - F*) / F*")
+  axes[1][0].set_ylabel("estimation error" if synthetic_plot
+                        else "test accuracy of local models (%)")
+  axes[0][0].legend(fontsize=7)
+  dataset = next(iter(results)).dataset
+  fig.suptitle(f"Unified PFL optimizers on {dataset} (binaries/reproduce_unified.py)",
+               fontsize=9)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
+  plt.close(fig)
 
 
 def _table(results: dict, path: str) -> None:
-  lines = ["# Unified framework: synthetic problems", "",
-           "Made by `binaries/reproduce_unified.py`; F* from the central float64 solver; "
-           "seconds: the run's loop on 2 CPU cores (evaluation included).", "",
-           "| problem | sigma | optimizer | comms to 1e-2 | 1e-4 | 1e-6 | final (F-F*)/F* "
-           "| final estimation error | s / 1000 comms |",
-           "|---|---|---|---|---|---|---|---|---|"]
-  for (dataset, sigma, algorithm), (summary, _) in sorted(results.items()):
+  lines = ["# Unified framework: measured results", "",
+           "Made by `binaries/reproduce_unified.py` (one run per row, seed 0, 1000 "
+           "communications unless said); F* from the central float64 solver; last "
+           "column: the run's loop on 2 CPU cores, evaluations included, other jobs "
+           "possibly running (a timing, not a benchmark).", "",
+           "| problem | optimizer | comms to 1e-2 | 1e-4 | 1e-6 | final (F-F*)/F* "
+           "| final estimation error / test accuracy | s / 1000 comms |",
+           "|---|---|---|---|---|---|---|---|"]
+  for cell, (summary, _) in sorted(results.items()):
     reach = summary["communications_to_reach"]
-    cells = [str(reach[p]) if reach[p] is not None else "-" for p in ("0.01", "0.0001", "1e-06")]
+    cells = [str(reach[p]) if reach[p] is not None else "-"
+             for p in ("0.01", "0.0001", "1e-06")]
     seconds = summary["seconds"] * 1000 / summary["communications"]
-    lines.append(f"| {dataset} | {sigma:g} | {algorithm} | {' | '.join(cells)} | "
-                 f"{summary['final']['relative_suboptimality']:.2e} | "
-                 f"{summary['final']['estimation_error']:.4g} | {seconds:.0f} |")
+    final = summary["final"]
+    score = (f"{final['estimation_error']:.4g}" if cell.sigma is not None
+             else f"{100 * final['test_accuracy']:.2f} %")
+    lines.append(f"| {cell.dataset} {cell.title} | {cell.algorithm} | {' | '.join(cells)} "
+                 f"| {final['relative_suboptimality']:.2e} | {score} | {seconds:.0f} |")
   with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")
 
