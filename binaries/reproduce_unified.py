@@ -10,11 +10,16 @@ Real data: objective x c x optimizer on each dataset (20 devices, c classes each
   python binaries/reproduce_unified.py --datasets=mnist --objectives=mt2,mx2,apfl2 \
       --classes=2,4,8 --algorithms=lsgd_pfl,ascd_pfl,asvrcd_pfl
 
+Ablations (spec 4.4, 4.5): `--p_w=0.1,0.3,...` runs each cell at those w-step
+probabilities too (eta recomputed for each), `--no_reparametrize` also without the
+w / sqrt(M) reparametrization.
+
 A run whose summary.json exists is read, not rerun. Writes <docs_dir>/<dataset>.png
 (relative suboptimality, and estimation error or test accuracy, against
-communications; one column per problem) and <docs_dir>/results.md (communications to
-reach 1e-2 / 1e-4 / 1e-6, final values, seconds per 1000 communications) over every
-run found.
+communications; one column per problem), <docs_dir>/<dataset>_ablations.png (the
+p_w and reparametrization variants beside the theory's run) and
+<docs_dir>/results.md (communications to reach 1e-2 / 1e-4 / 1e-6, final values,
+seconds per 1000 communications) over every run found.
 """
 
 from __future__ import annotations
@@ -42,21 +47,46 @@ flags.DEFINE_list("algorithms", list(registry.OPTIMIZERS), "Optimizers to run.")
 flags.DEFINE_integer("rounds", 1000, "Communications per run.", lower_bound=1)
 flags.DEFINE_integer("eval_every", 5, "Communications between evaluations.", lower_bound=1)
 flags.DEFINE_integer("seed", 0, "The optimizers' seed.")
+flags.DEFINE_list("p_w", [], "Ablation: also run at these w-step probabilities.")
+flags.DEFINE_bool("no_reparametrize", False,
+                  "Ablation: also run without the w / sqrt(M) reparametrization.")
 
 
-@dataclasses.dataclass(frozen=True, order=True)
+@dataclasses.dataclass(frozen=True)
 class Cell:
   dataset: str
   objective: str
   sigma: Optional[float]  # synthetic
   classes: Optional[int]  # real data
   algorithm: str
+  p_w: Optional[float] = None  # None: the theory's
+  reparametrize: bool = True
+
+  @property
+  def variant(self) -> str:
+    """'' for the theory's settings, else what differs."""
+    parts = ([f"p_w={self.p_w:g}"] if self.p_w is not None else []) + (
+        [] if self.reparametrize else ["plain w"])
+    return ", ".join(parts)
+
+  @property
+  def label(self) -> str:
+    return f"{self.algorithm} ({self.variant})" if self.variant else self.algorithm
+
+  @property
+  def run_name(self) -> str:
+    suffix = (f"_pw{self.p_w:g}" if self.p_w is not None else "") + (
+        "" if self.reparametrize else "_plain")
+    return self.algorithm + suffix
 
   @property
   def problem(self) -> str:
     if self.sigma is not None:
       return f"{self.dataset}_sigma{self.sigma:g}"
     return f"{self.dataset}_{self.objective}_c{self.classes}"
+
+  def sort_key(self) -> tuple:
+    return (self.dataset, self.problem, self.algorithm, self.variant)
 
   @property
   def title(self) -> str:
@@ -71,8 +101,8 @@ class Cell:
     return experiment.UnifiedConfig(
         dataset=self.dataset, algorithm=self.algorithm, rounds=f.rounds, seed=f.seed,
         eval_every=f.eval_every, output_dir=os.path.join(f.output_dir, self.problem,
-                                                         self.algorithm),
-        progress=True, **options)
+                                                         self.run_name),
+        p_w=self.p_w, reparametrize=self.reparametrize, progress=True, **options)
 
 
 def _cells() -> list[Cell]:
@@ -91,8 +121,14 @@ def _cells() -> list[Cell]:
       for algorithm in f.algorithms:
         if algorithm not in registry.OPTIMIZERS:
           raise UserError(f"--algorithms: unknown optimizer {algorithm!r}")
-        if registry.supports(algorithm, objective):
-          cells.append(Cell(dataset, objective, sigma, classes, algorithm))
+        if not registry.supports(algorithm, objective):
+          continue
+        cells.append(Cell(dataset, objective, sigma, classes, algorithm))
+        cells.extend(Cell(dataset, objective, sigma, classes, algorithm, p_w=float(p))
+                     for p in f.p_w)
+        if f.no_reparametrize:
+          cells.append(Cell(dataset, objective, sigma, classes, algorithm,
+                            reparametrize=False))
   return cells
 
 
@@ -117,8 +153,13 @@ def main(argv: list[str]) -> None:
   docs = flags.FLAGS.docs_dir
   os.makedirs(docs, exist_ok=True)
   for dataset in sorted({c.dataset for c in results}):
-    _plot({c: r for c, r in results.items() if c.dataset == dataset},
+    _plot({c: r for c, r in results.items() if c.dataset == dataset and not c.variant},
           os.path.join(docs, f"{dataset}.png"))
+    varied = {(c.problem, c.algorithm) for c in results
+              if c.dataset == dataset and c.variant}
+    if varied:
+      _plot({c: r for c, r in results.items() if (c.problem, c.algorithm) in varied},
+            os.path.join(docs, f"{dataset}_ablations.png"))
   _table(results, os.path.join(docs, "results.md"))
   print(f"wrote {docs}/<dataset>.png and {docs}/results.md")
 
@@ -139,9 +180,14 @@ def _collect() -> dict[Cell, tuple[dict, list[dict]]]:
       cell = Cell(settings["dataset"], summary["objective"]["kind"],
                   settings["heterogeneity"] if synthetic_run else None,
                   None if synthetic_run else settings["classes_per_device"],
-                  summary["algorithm"])
+                  summary["algorithm"], settings.get("p_w"),
+                  settings.get("reparametrize", True))
       results[cell] = (summary, _read_rows(run_dir))
   return results
+
+
+def _sorted(results: dict) -> list:
+  return sorted(results.items(), key=lambda item: item[0].sort_key())
 
 
 def _plot(results: dict, path: str) -> None:
@@ -152,14 +198,16 @@ def _plot(results: dict, path: str) -> None:
                      for c in results})
   fig, axes = plt.subplots(2, len(problems), figsize=(3.4 * len(problems), 6.4),
                            squeeze=False)
-  colors = {name: f"C{i}" for i, name in enumerate(registry.OPTIMIZERS)}
+  labels = sorted({c.label for c in results})
+  colors = {label: f"C{i % 10}" for i, label in enumerate(labels)}
   for column, (objective, sigma, classes, title) in enumerate(problems):
     top, bottom = axes[0][column], axes[1][column]
-    for cell, (_, rows) in sorted(results.items()):
+    for cell, (_, rows) in _sorted(results):
       if (cell.objective, cell.sigma or 0, cell.classes or 0) != (objective, sigma, classes):
         continue
       rounds = [r["round"] for r in rows]
-      style = dict(label=cell.algorithm, color=colors[cell.algorithm], lw=1.2)
+      style = dict(label=cell.label, color=colors[cell.label], lw=1.2,
+                   ls="--" if not cell.reparametrize else "-")
       top.semilogy(rounds, [max(r["relative_suboptimality"], 1e-16) for r in rows],
                    **style)
       if cell.sigma is not None:
@@ -192,7 +240,7 @@ def _table(results: dict, path: str) -> None:
            "| problem | optimizer | comms to 1e-2 | 1e-4 | 1e-6 | final (F-F*)/F* "
            "| final estimation error / test accuracy | s / 1000 comms |",
            "|---|---|---|---|---|---|---|---|"]
-  for cell, (summary, _) in sorted(results.items()):
+  for cell, (summary, _) in _sorted(results):
     reach = summary["communications_to_reach"]
     cells = [str(reach[p]) if reach[p] is not None else "-"
              for p in ("0.01", "0.0001", "1e-06")]
@@ -200,7 +248,7 @@ def _table(results: dict, path: str) -> None:
     final = summary["final"]
     score = (f"{final['estimation_error']:.4g}" if cell.sigma is not None
              else f"{100 * final['test_accuracy']:.2f} %")
-    lines.append(f"| {cell.dataset} {cell.title} | {cell.algorithm} | {' | '.join(cells)} "
+    lines.append(f"| {cell.dataset} {cell.title} | {cell.label} | {' | '.join(cells)} "
                  f"| {final['relative_suboptimality']:.2e} | {score} | {seconds:.0f} |")
   with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")
