@@ -141,3 +141,23 @@ def test_mx_baselines_match_the_numpy_reference(name):
                           5, 5)
   assert algorithm.global_iterate(state) == pytest.approx(w, abs=1e-10)
   assert algorithm.local_iterates(states) == pytest.approx(betas, abs=1e-10)
+
+
+@pytest.mark.parametrize("name,frozen", [("ascd_pfl", True), ("ascd_pfl", False),
+                                         ("asvrcd_pfl", True), ("scd_pfl", True)])
+def test_reparametrized_and_plain_runs_map_iterate_for_iterate(name, frozen):
+  """Spec test 4: the run on F(w/sqrt(M), beta) equals, with u = w/sqrt(M), the run on
+  the plain F(u, beta) whose w-block estimate is scaled by 1/M (same step parameters,
+  same draws), for 8 communications on MT2."""
+  plain, data, _ = _problem("mt2", reparametrize=False)
+  rescaled = dataclasses.replace(plain, reparametrize=True)
+  params = _params(plain, data, p_w=0.4, rho=0.3)
+  m = plain.num_devices
+  alg_r, state_r, states_r, _ = _run(name, rescaled, data, params, 8, frozen=frozen)
+  alg_p, state_p, states_p, _ = _run(name, plain, data, params, 8, frozen=frozen,
+                                     w_gradient_scale=1.0 / m)
+  assert rescaled.scale * alg_r.global_iterate(state_r) == pytest.approx(
+      alg_p.global_iterate(state_p), abs=1e-12)
+  assert alg_r.local_iterates(states_r) == pytest.approx(alg_p.local_iterates(states_p),
+                                                         abs=1e-12)
+  assert np.abs(alg_r.local_iterates(states_r)).max() > 1e-3  # the runs moved

@@ -54,6 +54,9 @@ class BlockRule:
   gamma: float = 0.0
   nu: float = 1.0
   rho: float = 0.0
+  # Multiplies the block's estimate in step 4 (a per-block step size): the w block at
+  # 1/M without the reparametrization is the reparametrized run, iterate for iterate.
+  gradient_scale: float = 1.0
 
   def keys(self) -> tuple[str, ...]:
     return ("y", "z")[:1 + self.momentum] + (("v", "g") if self.variance_reduced else ())
@@ -75,9 +78,10 @@ class BlockRule:
 
   def step(self, state, x, estimate) -> collections.OrderedDict:
     new = collections.OrderedDict(state)
-    new["y"] = x - self.eta * estimate
+    new["y"] = x - (self.eta * self.gradient_scale) * estimate
     if self.momentum:
-      new["z"] = self.nu * state["z"] + (1.0 - self.nu) * x - self.gamma * estimate
+      new["z"] = (self.nu * state["z"] + (1.0 - self.nu) * x
+                  - (self.gamma * self.gradient_scale) * estimate)
     return new
 
   def unsampled(self, state, x) -> collections.OrderedDict:
@@ -106,7 +110,7 @@ def builder(name: str, make_rule: Callable[[StepParameters, bool], BlockRule]
   def build_algorithm(objective: Objective, data: DeviceData,
                       config: OptimizerConfig) -> UnifiedAlgorithm:
     return build(name, objective, make_rule(config.params, config.frozen), data,
-                 config.seed)
+                 config.seed, config.w_gradient_scale)
   return build_algorithm
 
 
@@ -135,10 +139,11 @@ def w_estimate(rule: BlockRule, w_state, mean_direction):
 
 
 def build(name: str, objective: Objective, rule: BlockRule, data: DeviceData,
-          seed: int) -> UnifiedAlgorithm:
+          seed: int, w_gradient_scale: float = 1.0) -> UnifiedAlgorithm:
   m, n = objective.num_devices, data.num_examples
   d0 = objective.global_dim
   vr = rule.variance_reduced
+  w_rule = dataclasses.replace(rule, gradient_scale=w_gradient_scale)
   w_initial, beta_initial = rule.initial(d0), rule.initial(objective.local_dim)
 
   def client(broadcast, data, state):
@@ -156,7 +161,7 @@ def build(name: str, objective: Objective, rule: BlockRule, data: DeviceData,
       return rule.step(b_s, *beta_estimate(rule, objective, w_s, b_s, *example(k)))
 
     def local_iteration(k, w_s, b_s):
-      return k + 1, rule.unsampled(w_s, rule.point(w_s)), beta_step(w_s, b_s, k)
+      return k + 1, w_rule.unsampled(w_s, rule.point(w_s)), beta_step(w_s, b_s, k)
 
     _, w_k, b_k = tf.while_loop(lambda k, *_: k < local, local_iteration,
                                 (tf.constant(0), w, beta))
@@ -196,13 +201,13 @@ def build(name: str, objective: Objective, rule: BlockRule, data: DeviceData,
     return update, collections.OrderedDict(device=device, beta=b_new), counts
 
   def server(state, schedule, mean_update):
-    w_k = advance_w(rule, state, schedule["local_steps"])
+    w_k = advance_w(w_rule, state, schedule["local_steps"])
     xw = rule.point(w_k)
 
     def w_step():
-      return rule.step(w_k, xw, w_estimate(rule, w_k, mean_update["direction"]))
+      return w_rule.step(w_k, xw, w_estimate(rule, w_k, mean_update["direction"]))
 
-    w_new = tf.cond(schedule["step_w"], w_step, lambda: rule.unsampled(w_k, xw))
+    w_new = tf.cond(schedule["step_w"], w_step, lambda: w_rule.unsampled(w_k, xw))
     if vr:
       w_new = tf.cond(schedule["initial"], lambda: w_k, lambda: w_new)
       w_new = tf.cond(schedule["refresh"],

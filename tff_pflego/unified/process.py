@@ -41,6 +41,7 @@ class OptimizerConfig:
   frozen: bool = True  # ASCD: the block not sampled keeps y, z (the reference's)
   local_steps: int = 5  # LSGD-PFL: tau iterations between two averagings
   lsgd_lr: Optional[float] = None  # LSGD-PFL's eta; None: ASVRCD's eta = 1/(4 calL)
+  w_gradient_scale: float = 1.0  # block CD: the w block's step is eta times this
 
 
 @dataclasses.dataclass(frozen=True)
