@@ -48,6 +48,7 @@ flags.DEFINE_float("lsgd_lr", None, "LSGD-PFL's eta; unset: 1/(4 calL) as ASVRCD
 flags.DEFINE_integer("eval_every", _D.eval_every, "Rounds between evaluations.",
                      lower_bound=1)
 flags.DEFINE_string("output_dir", None, "Where the outputs go.")
+flags.DEFINE_bool("overwrite", False, "Replace a run already in --output_dir.")
 flags.mark_flag_as_required("output_dir")
 
 
@@ -62,8 +63,9 @@ def main(argv: list[str]) -> None:
       algorithm=f.algorithm, rounds=f.rounds, seed=f.seed,
       reparametrize=not f.no_reparametrize, p_w=f.p_w, ascd_variant=f.ascd_variant,
       local_steps=f.local_steps, lsgd_lr=f.lsgd_lr, eval_every=f.eval_every,
-      output_dir=f.output_dir, progress=True)
+      output_dir=f.output_dir, overwrite=f.overwrite, progress=True)
   config.check()
+  experiment.check_output_dir(config)
   with runtime.execution_context():
     summary = experiment.run(config)
   final = summary["final"]

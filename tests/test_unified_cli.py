@@ -61,6 +61,14 @@ def test_a_run_writes_its_summary_and_curve(tmp_path):
   assert [int(r["round"]) for r in rows] == [0, 10, 20]
   # ASVRCD's round 0 computes G: n w- and n beta-gradients per device.
   assert float(rows[1]["w_gradients_per_device"]) >= 1000
+  assert float(rows[-1]["relative_suboptimality"]) == final["relative_suboptimality"]
+  assert os.listdir(tmp_path / "tensorboard")
+  # The same command again keeps the finished run: one line, exit 2.
+  before = (tmp_path / "summary.json").read_bytes()
+  again = _run(["--algorithm=asvrcd_pfl", "--rounds=20", f"--output_dir={tmp_path}"])
+  assert again.returncode == 2 and "already holds a run" in again.stderr
+  assert "Traceback" not in again.stderr
+  assert (tmp_path / "summary.json").read_bytes() == before
 
 
 def test_real_data_devices(data_dir):

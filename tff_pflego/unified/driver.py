@@ -1,5 +1,8 @@
 """Runs any unified optimizer: rounds (= communications), costs, objective, outputs.
 
+Each evaluation's row is appended to metrics.csv and released to TensorBoard
+(<output_dir>/tensorboard, `tff.program`) as it is made, so a long run can be watched.
+
 After every `eval_every` rounds (and the last) it records F at the reported iterate
 (w = the server's y, beta_m = each device's y), its relative suboptimality
 (F - F*) / F* against the central optimum, and what the run has cost per device so far:
@@ -13,16 +16,16 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import os
 import time
 from typing import Callable, Optional
 
 import numpy as np
+import tensorflow_federated as tff
 import tqdm
 
 from tff_pflego import files
-from tff_pflego.training import ledger
+from tff_pflego.training import ledger, program_io
 from tff_pflego.unified import objectives
 from tff_pflego.unified.objectives import DeviceData
 from tff_pflego.unified.process import UnifiedAlgorithm
@@ -48,6 +51,29 @@ def rounds_to_reach(rows: list[dict], precision: float) -> Optional[int]:
   return None
 
 
+class _Outputs:
+  """metrics.csv rows and TensorBoard scalars, written as each evaluation is made."""
+
+  def __init__(self, output_dir: str):
+    os.makedirs(output_dir, exist_ok=True)
+    self.output_dir = output_dir
+    self._csv = open(os.path.join(output_dir, "metrics.csv"), "w", newline="")
+    self._writer = csv.DictWriter(self._csv, FIELDS)
+    self._writer.writeheader()
+    self._tensorboard = tff.program.TensorBoardReleaseManager(
+        os.path.join(output_dir, "tensorboard"))
+
+  def release(self, row: dict) -> None:
+    self._writer.writerow(row)
+    self._csv.flush()
+    scalars = {k: v for k, v in row.items() if k != "round" and np.isfinite(v)}
+    program_io.run(self._tensorboard.release({"eval": scalars}, int(row["round"])))
+
+  def finish(self, summary: dict) -> None:
+    self._csv.close()
+    files.write_json(os.path.join(self.output_dir, "summary.json"), summary)
+
+
 def run(algorithm: UnifiedAlgorithm, data: DeviceData, rounds: int, optimum: float,
         output_dir: Optional[str] = None, eval_every: int = 1, extras: Extras = Extras(),
         progress: bool = False, summary_extra: Optional[dict] = None) -> dict:
@@ -57,6 +83,7 @@ def run(algorithm: UnifiedAlgorithm, data: DeviceData, rounds: int, optimum: flo
   device_states = algorithm.initial_device_states
   totals = dict(local_iterations=0, w_gradients=0, beta_gradients=0)
   rows: list[dict] = []
+  outputs = _Outputs(output_dir) if output_dir else None
   evaluate = objectives.objective_evaluator(objective, data)
   start = time.perf_counter()
 
@@ -78,6 +105,8 @@ def run(algorithm: UnifiedAlgorithm, data: DeviceData, rounds: int, optimum: flo
         test_accuracy=(extras.test_accuracy(w, betas) if extras.test_accuracy
                        else float("nan")),
         seconds=time.perf_counter() - start))
+    if outputs:
+      outputs.release(rows[-1])
 
   record(0)
   for round_num in tqdm.trange(1, rounds + 1, disable=not progress, unit="comm"):
@@ -98,16 +127,7 @@ def run(algorithm: UnifiedAlgorithm, data: DeviceData, rounds: int, optimum: flo
                  test_accuracy=final["test_accuracy"]),
       communications_to_reach={f"{p:g}": rounds_to_reach(rows, p) for p in PRECISIONS},
       seconds=final["seconds"], **(summary_extra or {}))
-  if output_dir:
-    _write(output_dir, rows, summary)
+  if outputs:
+    outputs.finish(summary)
   summary["rows"] = rows
   return summary
-
-
-def _write(output_dir: str, rows: list[dict], summary: dict) -> None:
-  os.makedirs(output_dir, exist_ok=True)
-  with open(os.path.join(output_dir, "metrics.csv"), "w", newline="") as f:
-    writer = csv.DictWriter(f, FIELDS)
-    writer.writeheader()
-    writer.writerows(rows)
-  files.write_json(os.path.join(output_dir, "summary.json"), summary)

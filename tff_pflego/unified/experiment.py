@@ -14,6 +14,7 @@ central float64 solver.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Callable, Optional
 
 import numpy as np
@@ -52,6 +53,7 @@ class UnifiedConfig:
   lsgd_lr: Optional[float] = None
   eval_every: int = 1
   output_dir: Optional[str] = None
+  overwrite: bool = False  # replace a finished run in output_dir
   progress: bool = False
   data_dir: str = sources.DEFAULT_DATA_DIR
   raw_data_dir: str = sources.DEFAULT_RAW_DATA_DIR
@@ -169,8 +171,21 @@ def _estimation_error(objective: Objective, truth: synthetic.SyntheticProblem
   return error
 
 
+def check_output_dir(config: UnifiedConfig) -> None:
+  """A run already in --output_dir is kept unless --overwrite is given."""
+  if config.output_dir is None or config.overwrite:
+    return
+  if os.path.isfile(config.output_dir):
+    raise UserError(f"--output_dir {config.output_dir} is a file, not a directory")
+  for name in ("summary.json", "metrics.csv"):
+    if os.path.exists(os.path.join(config.output_dir, name)):
+      raise UserError(f"--output_dir {config.output_dir} already holds a run ({name}); "
+                      "give another directory or --overwrite")
+
+
 def run(config: UnifiedConfig) -> dict:
   config.check()
+  check_output_dir(config)
   problem = build_problem(config)
   optimizer_config = OptimizerConfig(
       problem.params, config.seed, frozen=config.ascd_variant == "frozen",
