@@ -239,8 +239,6 @@ class PartitionScheme:
     if spec.partition == "alphabets" and drawn:
       raise UserError(f"{spec.display_name} is split one alphabet per client; "
                       "--partition and --class_assignment apply to class datasets")
-    if self.partition == "classes" and self.class_assignment == "balanced":
-      return
     if self.partition == "dirichlet" and self.class_assignment != "balanced":
       raise UserError("--class_assignment applies to --partition=classes, not dirichlet")
 

@@ -61,6 +61,13 @@ class HeadRefit:
 REFIT_KEYS = ("refit_train_loss", "refit_test_loss", "refit_test_accuracy")
 
 
+def _refit_scores(score_part: Callable[[str], tuple]) -> dict:
+  """The `REFIT_KEYS` scores from score_part(part) -> (loss, accuracy) of the refitted
+  heads on that part."""
+  (train_loss, _), (test_loss, test_accuracy) = (score_part(part) for part in PARTS)
+  return dict(zip(REFIT_KEYS, (train_loss, test_loss, test_accuracy)))
+
+
 def build_personalized_evaluation(body_fn: BodyFn, types: ModelTypes,
                                   train_dataset_computation: tff.Computation,
                                   test_dataset_computation: tff.Computation,
@@ -100,12 +107,8 @@ def build_personalized_evaluation(body_fn: BodyFn, types: ModelTypes,
         results[f"num_{part}"] = tf.shape(batch["y"])[0]
       if refit is not None:
         head = refit.refit(*parts["train"], client_state["head"], mask)
-        for part in PARTS:
-          loss, accuracy = heads.head_loss_and_accuracy(*parts[part], head["kernel"],
-                                                        head["bias"], mask)
-          results[f"refit_{part}_loss"] = loss
-          if part == "test":
-            results["refit_test_accuracy"] = accuracy
+        results.update(_refit_scores(lambda part: heads.head_loss_and_accuracy(
+            *parts[part], head["kernel"], head["bias"], mask)))
       return results
 
     return evaluate(weights, train_data, test_data, client_state)
@@ -211,12 +214,9 @@ def build_cohort_evaluation(body_fn: BodyFn, types: ModelTypes, read_files: File
             *parts[part], states["head"], states["num_classes"])
         results[f"num_{part}"] = sizes
       if refit is not None:
-        head = _refit_cohort(refit, *parts["train"][:3], states, types.max_classes)
-        for part in PARTS:
-          loss, accuracy = score(*parts[part], head, states["num_classes"])
-          results[f"refit_{part}_loss"] = loss
-          if part == "test":
-            results["refit_test_accuracy"] = accuracy
+        head = _refit_cohort(refit, *parts["train"], states, types.max_classes)
+        results.update(_refit_scores(
+            lambda part: score(*parts[part], head, states["num_classes"])))
       return results
 
     return evaluate(weights, cohort, states)
@@ -232,12 +232,12 @@ def build_cohort_evaluation(body_fn: BodyFn, types: ModelTypes, read_files: File
 
 
 def _refit_cohort(refit: HeadRefit, features: tf.Tensor, labels: tf.Tensor,
-                  sizes: tf.Tensor, states, max_classes: int):
+                  sizes: tf.Tensor, owner: tf.Tensor, states, max_classes: int):
   """Every cohort client's head refitted on its own rows of `features` (the clients'
-  examples one client after another, `sizes` of them each), all clients at once: their
-  rows padded to the largest client's ([C, N_max, M]) and marked valid."""
+  examples one client after another, `sizes` of them each; row n is client owner[n]'s),
+  all clients at once: their rows padded to the largest client's ([C, N_max, M]) and
+  marked valid."""
   num_clients = tf.shape(sizes)[0]
-  owner = tf.repeat(tf.range(num_clients), sizes)
   position = tf.range(tf.shape(owner)[0]) - tf.gather(tf.cumsum(sizes, exclusive=True),
                                                        owner)
   at = tf.stack([owner, position], axis=1)
