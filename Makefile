@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup setup-bazel run test bazel-build bazel-test benchmark benchmark-cost benchmark-memory benchmark-population profile-round reproduce crosscheck
+.PHONY: setup setup-bazel run test bazel-build bazel-test benchmark benchmark-cost benchmark-memory benchmark-population profile-round reproduce crosscheck reproduce-unified
 
 setup:
 	@bash tools/setup.sh
@@ -54,3 +54,15 @@ reproduce: setup
 crosscheck: setup
 	$(PY) binaries/crosscheck_accuracy.py --tff_run=runs/fashion_mnist_high \
 	    --output_dir=runs/crosscheck
+
+## The unified framework: synthetic MX2 / EWS with every optimizer (~40 min), then the
+## MNIST c = 2 grid (MT2 / MX2 / APFL2 x LSGD / ASCD / ASVRCD) and its ablations.
+reproduce-unified: setup
+	$(PY) binaries/reproduce_unified.py --output_dir=runs/unified --docs_dir=docs/unified
+	$(PY) binaries/reproduce_unified.py --datasets=mnist --classes=2 \
+	    --algorithms=lsgd_pfl,ascd_pfl,asvrcd_pfl --output_dir=runs/unified --docs_dir=docs/unified
+	$(PY) binaries/reproduce_unified.py --datasets=mnist --classes=2 --objectives=mx2 \
+	    --algorithms=ascd_pfl --p_w=0.1,0.3,0.5,0.7,0.9 --no_reparametrize \
+	    --output_dir=runs/unified --docs_dir=docs/unified
+	$(PY) binaries/reproduce_unified.py --datasets=mnist --classes=2 --objectives=mt2,apfl2 \
+	    --algorithms=ascd_pfl --no_reparametrize --output_dir=runs/unified --docs_dir=docs/unified
