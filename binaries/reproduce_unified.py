@@ -222,7 +222,8 @@ def _plot(results: dict, path: str) -> None:
   axes[0][0].set_ylabel("(F - F*) / F*")
   axes[1][0].set_ylabel("estimation error" if synthetic_plot
                         else "test accuracy of local models (%)")
-  axes[0][0].legend(fontsize=7)
+  for column in range(len(problems)):  # panels can hold different runs
+    axes[0][column].legend(fontsize=6)
   dataset = next(iter(results)).dataset
   fig.suptitle(f"Unified PFL optimizers on {dataset} (binaries/reproduce_unified.py)",
                fontsize=9)
