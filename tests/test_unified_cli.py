@@ -88,6 +88,15 @@ def test_real_data_devices(data_dir):
   rows = data.x.reshape(-1, 784)
   assert len({r.tobytes() for r in rows}) == len(rows)
   assert split.provenance["dataset_fingerprint"]
+  # The local-model accuracy against numpy: argmax of x W + b per device, averaged.
+  from tff_pflego.unified.objectives import Objective
+  objective = Objective("mx2", "softmax", 6, 784, num_classes=10, penalty=0.5)
+  betas = np.random.default_rng(0).normal(size=(6, objective.model_dim))
+  want = np.mean([np.mean(np.argmax(data.test_x[m] @ betas[m].reshape(785, 10)[:-1]
+                                    + betas[m].reshape(785, 10)[-1], 1) == data.test_y[m])
+                  for m in range(6)])
+  score = real_data.local_accuracy(objective, data)
+  assert score(np.zeros(objective.global_dim), betas) == pytest.approx(want, abs=1e-12)
 
 
 def test_reproduce_unified_is_resumable_and_tabulates_its_runs(tmp_path):

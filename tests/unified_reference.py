@@ -35,22 +35,6 @@ def device_gradients(kind, scale, lam, alpha, ridge, d_g, w, b, x, y):
   raise ValueError(kind)
 
 
-def objective(kind, scale, lam, alpha, ridge, d_g, w, betas, xs, ys):
-  total = 0.0
-  u = scale * w
-  for b, x, y in zip(betas, xs, ys):
-    def f_tilde(theta):
-      t = x @ theta
-      return np.mean(np.logaddexp(0, t) - y * t) + 0.5 * ridge * theta @ theta
-    if kind == "mx2":
-      total += f_tilde(b) + 0.5 * lam * np.sum((u - b) ** 2)
-    elif kind == "mt2":
-      total += alpha * f_tilde(u) + f_tilde(b) + 0.5 * lam * np.sum((u - b) ** 2)
-    else:
-      raise ValueError(kind)
-  return total / len(xs)
-
-
 class BlockCD:
   """ASVRCD / SVRCD / ASCD (frozen or lifted) / SCD, one iteration at a time."""
 

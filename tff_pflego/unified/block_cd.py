@@ -119,8 +119,8 @@ def beta_estimate(rule: BlockRule, objective: Objective, w_state, b_state, x, y)
   grad_beta F_j = (1/M) grad_beta f_{m,j}."""
   m = objective.num_devices
   x_w, x_b = rule.point(w_state), rule.point(b_state)
-  g_x = objective.device_gradients(x_w, x_b, x, y)[1] / m
-  g_v = (objective.device_gradients(w_state["v"], b_state["v"], x, y)[1] / m
+  g_x = objective.block_gradient("beta", x_w, x_b, x, y) / m
+  g_v = (objective.block_gradient("beta", w_state["v"], b_state["v"], x, y) / m
          if rule.variance_reduced else None)
   return x_b, rule.estimate(g_x, g_v, b_state, 1.0 - rule.p_w)
 
@@ -128,10 +128,10 @@ def beta_estimate(rule: BlockRule, objective: Objective, w_state, b_state, x, y)
 def w_direction(rule: BlockRule, objective: Objective, w_state, b_state, x, y):
   """One device's part of the w estimate when w is sampled, on example (x, y); the
   estimate is `w_estimate` of the devices' mean (grad_w F_j = mean_m grad_w f_{m,j})."""
-  g_x = objective.device_gradients(rule.point(w_state), rule.point(b_state), x, y)[0]
+  g_x = objective.block_gradient("w", rule.point(w_state), rule.point(b_state), x, y)
   if not rule.variance_reduced:
     return g_x
-  return g_x - objective.device_gradients(w_state["v"], b_state["v"], x, y)[0]
+  return g_x - objective.block_gradient("w", w_state["v"], b_state["v"], x, y)
 
 
 def w_estimate(rule: BlockRule, w_state, mean_direction):

@@ -140,8 +140,7 @@ def _real(config: UnifiedConfig):
       config.objective, "softmax", config.num_devices, split.data.x.shape[-1],
       num_classes=split.num_classes, ridge=ridge, reparametrize=config.reparametrize,
       **real_data.paper_objective_options(config.objective, config.classes_per_device))
-  extras = driver.Extras(test_accuracy=lambda w, betas: real_data.local_accuracy(
-      objective, split.data, w, betas))
+  extras = driver.Extras(test_accuracy=real_data.local_accuracy(objective, split.data))
   return objective, split.data, None, extras, split.provenance
 
 

@@ -174,6 +174,16 @@ class Objective:
       loss = self._mean_loss(theta, x, y) + self._ridge(theta)
     return tape.gradient(loss, theta)
 
+  def block_gradient(self, block: str, w: tf.Tensor, beta: tf.Tensor, x: tf.Tensor,
+                     y: tf.Tensor) -> tf.Tensor:
+    """grad_w f_m (block "w") or grad_beta f_m (block "beta") alone: the backward pass
+    is taken for that block only (the reference computes both every iteration, B12)."""
+    with tf.GradientTape() as tape:
+      source = w if block == "w" else beta
+      tape.watch(source)
+      loss = self.device_loss(w, beta, x, y)
+    return tape.gradient(loss, source, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+
   def predict_local(self, beta: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
     """Class predictions of the local model beta_m alone (how the paper scores tests)."""
     if self.loss == "logistic":

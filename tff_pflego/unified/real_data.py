@@ -121,14 +121,24 @@ def paper_objective_options(kind: str, classes_per_device: int) -> dict:
   return {}
 
 
-def local_accuracy(objective, data: DeviceData, w: np.ndarray, betas: np.ndarray,
-                   ) -> float:
-  """Mean over devices (unweighted) of the test accuracy of the local model beta_m
-  alone, as the paper scores every objective (`fl`: the global model s w)."""
+def local_accuracy(objective, data: DeviceData):
+  """(w, betas) -> mean over devices (unweighted) of the test accuracy of the local model
+  beta_m alone, as the paper scores every objective (`fl`: the global model s w); the
+  test data are converted once and every device is scored in one call."""
   import tensorflow as tf
-  accuracies = []
-  for m in range(data.num_devices):
-    model = betas[m] if objective.local_dim == objective.model_dim else objective.scale * w
-    predicted = objective.predict_local(tf.constant(model), tf.constant(data.test_x[m]))
-    accuracies.append(float(np.mean(predicted.numpy() == data.test_y[m])))
-  return float(np.mean(accuracies))
+  test_x, test_y = tf.constant(data.test_x), tf.constant(data.test_y)
+
+  @tf.function
+  def accuracy(models):
+    predicted = tf.map_fn(lambda m: objective.predict_local(models[m], test_x[m]),
+                          tf.range(tf.shape(test_x)[0]), fn_output_signature=tf.int32)
+    correct = tf.cast(tf.equal(predicted, test_y), tf.float64)
+    return tf.reduce_mean(tf.reduce_mean(correct, axis=1))
+
+  def score(w: np.ndarray, betas: np.ndarray) -> float:
+    if objective.local_dim == objective.model_dim:
+      models = betas
+    else:
+      models = np.tile(objective.scale * w, (data.num_devices, 1))
+    return float(accuracy(tf.constant(models)))
+  return score
