@@ -73,6 +73,9 @@ class ExperimentConfig:
   prox_mu: Optional[float] = _setting("prox_mu")
   body_steps: int = _setting("body_steps")
   momentum: float = _setting("momentum")
+  ascd_p_w: float = _setting("ascd_p_w")
+  ascd_momentum: float = _setting("ascd_momentum")
+  ascd_z_step: float = _setting("ascd_z_step")
 
 
 def resolve(config: ExperimentConfig) -> ExperimentConfig:
@@ -266,7 +269,9 @@ def prepare(c: ExperimentConfig) -> Prepared:
       client_lr=c.client_lr, server_lr=c.server_lr,
       server_optimizer=c.server_optimizer, head_step=c.head_step,
       head_optimizer=c.head_optimizer, seed=c.seed, prox_mu=c.prox_mu,
-      body_steps=c.body_steps, momentum=c.momentum, sampled_eval=c.sampled_eval)
+      body_steps=c.body_steps, momentum=c.momentum, ascd_p_w=c.ascd_p_w,
+      ascd_momentum=c.ascd_momentum, ascd_z_step=c.ascd_z_step,
+      sampled_eval=c.sampled_eval)
   fingerprint = dict(dataset=c.dataset, algorithm=c.algorithm,
                      personalization=c.personalization, num_clients=c.num_clients,
                      clients_per_round=c.clients_per_round,

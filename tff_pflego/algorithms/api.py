@@ -43,6 +43,9 @@ class AlgorithmConfig:
   prox_mu: float  # FedProx's and Ditto's mu
   body_steps: int  # FedRep's body-only steps, FedBabu's body steps
   momentum: float  # FedBabu's heavy-ball momentum
+  ascd_p_w: float  # ASCD-PFL: the body's probability
+  ascd_momentum: float  # ASCD-PFL: c in x = c z + (1 - c) y
+  ascd_z_step: float  # ASCD-PFL: gamma / eta
   # The reference code's protocol: each round's clients are scored right after their
   # update. The baselines' clients do it inside the round, on their locally trained
   # model; PFLEGO's local model (theta_{t-1}, new head) the driver rebuilds from states.

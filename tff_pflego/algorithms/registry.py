@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from tff_pflego.algorithms import (ditto, fedavg, fedbabu, fedper, fedprox, fedrecon,
+from tff_pflego.algorithms import (ascd_pfl, ditto, fedavg, fedbabu, fedper, fedprox, fedrecon,
                                    fedrep, local_only, pflego)
 from tff_pflego.algorithms.api import (AlgorithmConfig, Builder, ClientDataComputations,
                                        PersonalizedAlgorithm)
@@ -23,6 +23,7 @@ ALGORITHMS: dict[str, Builder] = {
     "ditto": ditto.build,
     "fedrecon": fedrecon.build,
     "local_only": local_only.build,
+    "ascd_pfl": ascd_pfl.build,
 }
 
 

@@ -1,0 +1,281 @@
+"""ASCD-PFL (Hanzely et al., spec UNIFIED.md 2.4) on PFLEGO's own objective.
+
+Objective: the EWS form (16) with w = the body theta and beta_i = the head W_i,
+F(theta, W) = L(psi) = sum_i alpha_i l_i(W_i, theta), alpha_i = N_i / N: non-convex,
+so the step sizes are tuned (not derived from mu, which is 0), nu = 1 (no mu), and the
+w / sqrt(M) reparametrization is only a rescaling of the body's step (omitted).
+
+Accelerated block coordinate descent, the reference's frozen-block variant: every
+block b (the body; each head) holds y_b and z_b, and an iteration on block b is
+
+  x_b = c z_b + (1 - c) y_b                         (c: `momentum`, the reference's theta)
+  y_b <- x_b - eta_b g_b,  z_b <- z_b - kappa eta_b g_b   (kappa = gamma / eta: `z_step`)
+
+with g_b an unbiased estimate of grad_b F at x, while the other blocks' y, z stay as they
+are. The body is drawn with probability p_w, the heads with 1 - p_w. One round is one
+communication: K ~ Geometric(p_w) - 1 head iterations (local), then one body iteration.
+
+  distributor   draws K from (seed, round) (`head_iterations`) and broadcasts it with
+                x_theta (the body iteration's point; y_theta and z_theta stay on the
+                server, `CoupledBodyStep`).
+  client work   Phi_i = phi(X_i; x_theta) once (1 body forward pass): theta's blocks do
+                not move during head iterations, so every one of them runs on these
+                cached features, inside one tf.function loop:
+                  K times: g = grad_W l_i(x_W; Phi_i), step eta_W = client_lr / ((1 - p_w) q)
+                  (1 / (1 - p_w): the block's probability; 1 / q: partial participation,
+                  a client takes part in a round with probability q = r / I; alpha_i
+                  cancels against a per-head step client_lr / alpha_i)
+                then g_i = grad_theta l_i(x_W, x_theta) (1 backward pass) is sent with N_i.
+                Heads of clients not in the round stay frozen.
+  aggregator    g_hat = (1/q) sum_{I_t} alpha_i g_i, unbiased for grad_theta L
+                (`aggregators.build_unbiased_aggregator`, PFLEGO's).
+  finalizer     y_theta <- x_theta - (rho / p_w) g_hat, z_theta <- z_theta - kappa (rho /
+                p_w) g_hat, x_theta <- c z_theta + (1 - c) y_theta (`CoupledBodyStep`).
+
+The model the server state holds is x_theta (what is broadcast); the iterate that is
+evaluated is y_theta with the clients' y_W (`body_weights`, the client state's `head`).
+With c = 0 it is plain stochastic block coordinate descent (SCD-PFL).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_pflego import aggregators
+from tff_pflego.algorithms import composition, instrumentation
+from tff_pflego.algorithms.api import (AlgorithmConfig, ClientDataComputations,
+                                       PersonalizedAlgorithm, ServerState)
+from tff_pflego.algorithms.model_types import (BodyFn, ModelTypes, initial_client_state,
+                                               model_types)
+from tff_pflego.models import assign_weights, heads
+
+HEAD_Z = "head_z"  # the client state's z_W (its `head` is y_W)
+
+
+def couple(y, z, momentum: float):
+  """x = c z + (1 - c) y, leaf by leaf."""
+  return tf.nest.map_structure(lambda a, b: momentum * b + (1.0 - momentum) * a, y, z)
+
+
+def head_iterations(seed: int, round_num: tf.Tensor, p_w: float) -> tf.Tensor:
+  """K ~ Geometric(p_w) - 1 (P(K = k) = (1 - p_w)^k p_w), a function of (seed, round):
+  K = floor(log(1 - U) / log(1 - p_w)) with U uniform on [0, 1)."""
+  u = tf.random.stateless_uniform(
+      [], seed=tf.stack([tf.constant(seed, tf.int64), tf.cast(round_num, tf.int64)]),
+      dtype=tf.float64)
+  return tf.cast(tf.floor(tf.math.log1p(-u) / np.log1p(-p_w)), tf.int32)
+
+
+class CoupledBodyStep(tff.learning.optimizers.Optimizer):
+  """The body's ASCD iteration as a `tff.learning` optimizer on x_theta.
+
+  The state holds y_theta - x_theta and z_theta - x_theta (both 0 at the start, where
+  y = z = x = the initial body), so it needs no initial values beyond the weights.
+  """
+
+  def __init__(self, learning_rate: float, p_w: float, momentum: float, z_step: float):
+    self._step = learning_rate / p_w
+    self._momentum = momentum
+    self._z_step = z_step
+
+  def initialize(self, specs):
+    zeros = tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype), specs)
+    return collections.OrderedDict(y_offset=zeros, z_offset=zeros)
+
+  def next(self, state, weights, gradients):
+    y = tf.nest.map_structure(lambda x, g: x - self._step * g, weights, gradients)
+    z = tf.nest.map_structure(lambda x, d, g: x + d - self._z_step * self._step * g,
+                              weights, state["z_offset"], gradients)
+    x = couple(y, z, self._momentum)
+    offset = lambda a: tf.nest.map_structure(tf.subtract, a, x)
+    return collections.OrderedDict(y_offset=offset(y), z_offset=offset(z)), x
+
+
+def head_coordinate_steps(features: tf.Tensor, labels: tf.Tensor, mask: tf.Tensor,
+                          y_head, z_head, num_iterations: tf.Tensor, step: float,
+                          momentum: float, z_step: float):
+  """`num_iterations` ASCD head iterations on cached features -> (y_W, z_W)."""
+
+  def iteration(i, y, z):
+    x = couple(y, z, momentum)
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      loss, _ = heads.head_loss_and_accuracy(features, labels, x["kernel"], x["bias"],
+                                             mask)
+    g = tape.gradient(loss, x)
+    return (i + 1, tf.nest.map_structure(lambda a, b: a - step * b, x, g),
+            tf.nest.map_structure(lambda a, b: a - z_step * step * b, z, g))
+
+  _, y, z = tf.while_loop(lambda i, *_: i < num_iterations, iteration,
+                          (tf.constant(0), y_head, z_head))
+  return y, z
+
+
+def make_client_update(body: tf.keras.Model, counter: instrumentation.BodyPassCounter, *,
+                       max_classes: int, client_lr: float, p_w: float,
+                       participation_prob: float, momentum: float, z_step: float):
+  """A client's K head iterations and its body gradient (module docstring)."""
+  head_step = client_lr / ((1.0 - p_w) * participation_prob)
+
+  def update(broadcast, dataset, client_state):
+    assign_weights(body, broadcast["model"])
+    timing = {}
+    batch = instrumentation.load_full_batch(dataset, timing)
+    x, labels = batch["x"], batch["y"]
+    num_examples = tf.cast(tf.shape(labels)[0], tf.float32)
+    mask = heads.class_mask(client_state["num_classes"], max_classes)
+    with tf.GradientTape() as tape:
+      features = counter.counted_call(body, x)
+      with tape.stop_recording():
+        y_head, z_head = head_coordinate_steps(
+            features, labels, mask, client_state["head"], client_state[HEAD_Z],
+            broadcast["head_iterations"], head_step, momentum, z_step)
+      point = couple(y_head, z_head, momentum)
+      loss, accuracy = heads.head_loss_and_accuracy(features, labels, point["kernel"],
+                                                    point["bias"], mask)
+    body_grads = tape.gradient(loss, body.trainable_variables)
+    new_state = collections.OrderedDict(
+        client_index=client_state["client_index"],
+        num_classes=client_state["num_classes"], head=y_head)
+    new_state[HEAD_Z] = z_head
+    metrics = collections.OrderedDict(
+        client_index=client_state["client_index"], loss=loss, accuracy=accuracy,
+        num_examples=num_examples, **counter.counts(), **timing)
+    return collections.OrderedDict(update=body_grads, update_weight=num_examples,
+                                   client_state=new_state, metrics=metrics)
+
+  return update
+
+
+def _client_state_type(types: ModelTypes) -> tff.types.Type:
+  members = collections.OrderedDict(
+      (name, member) for name, member in tff.structure.iter_elements(types.client_state))
+  members[HEAD_Z] = members["head"]
+  return tff.types.StructWithPythonType(list(members.items()), collections.OrderedDict)
+
+
+def build_distributor(weights_type, seed: int, p_w: float):
+  """Broadcasts {model: x_theta, head_iterations: K}, K from (seed, round)."""
+
+  @tff.tensorflow.computation
+  def first_round():
+    return tf.constant(0, tf.int32)
+
+  @tff.tensorflow.computation(np.int32)
+  def draw(round_num):
+    return head_iterations(seed, round_num, p_w)
+
+  @tff.tensorflow.computation(np.int32)
+  def advance(round_num):
+    return round_num + 1
+
+  @tff.federated_computation
+  def initialize():
+    return tff.federated_eval(first_round, tff.SERVER)
+
+  @tff.federated_computation(initialize.type_signature.result,
+                             tff.FederatedType(weights_type, tff.SERVER))
+  def next_fn(round_num, model):
+    k = tff.federated_map(draw, round_num)
+    sent = tff.federated_zip(collections.OrderedDict(model=model, head_iterations=k))
+    return tff.templates.MeasuredProcessOutput(
+        state=tff.federated_map(advance, round_num),
+        result=tff.federated_broadcast(sent),
+        measurements=tff.federated_zip(collections.OrderedDict(head_iterations=k)))
+
+  return tff.learning.templates.DistributionProcess(initialize, next_fn)
+
+
+def build_ascd_pfl_process(
+    body_fn: BodyFn, *, image_shape: tuple, max_classes: int, total_examples: int,
+    participation_prob: float, client_lr: float, server_lr: float, p_w: float,
+    momentum: float, z_step: float, seed: int,
+    client_data: Optional[tff.Computation] = None) -> tff.templates.IterativeProcess:
+  """ASCD-PFL as a `tff.templates.IterativeProcess` (see the module docstring).
+
+  Args as `pflego.build_pflego_process`, and p_w in (0, 1) (the body's probability),
+  momentum c in [0, 1), z_step kappa > 0, seed (of the K draws). `next(state, client
+  data, client states)`; client states are `model_types.initial_client_state`s with
+  `head_z` (`initial_ascd_client_state`).
+  """
+  if not 0 < p_w < 1:
+    raise ValueError(f"p_w must be in (0, 1), got {p_w}")
+  if not 0 <= momentum < 1:
+    raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+  if z_step <= 0:
+    raise ValueError(f"z_step must be > 0, got {z_step}")
+  if not 0 < participation_prob <= 1:
+    raise ValueError(f"participation_prob must be in (0, 1], got {participation_prob}")
+  types = model_types(body_fn, image_shape, max_classes)
+  state_type = _client_state_type(types)
+  distributor = build_distributor(types.weights, seed, p_w)
+  broadcast_type = distributor.next.type_signature.result.result.member
+
+  @tff.tensorflow.computation(broadcast_type, types.dataset, state_type)
+  def client_work(broadcast, dataset, client_state):
+    counter = instrumentation.BodyPassCounter()
+    update = make_client_update(
+        body_fn(), counter, max_classes=max_classes, client_lr=client_lr, p_w=p_w,
+        participation_prob=participation_prob, momentum=momentum, z_step=z_step)
+    return tf.function(instrumentation.timed(update))(broadcast, dataset, client_state)
+
+  aggregator = aggregators.build_unbiased_aggregator(
+      types.weights.trainable, participation_prob, total_examples)
+  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
+      CoupledBodyStep(server_lr, p_w, momentum, z_step), types.weights)
+
+  @tff.tensorflow.computation
+  def initial_body():
+    return tff.learning.models.ModelWeights.from_model(body_fn())
+
+  return composition.compose_process(initial_body, distributor, client_work, aggregator,
+                                     finalizer, types.dataset, state_type, client_data)
+
+
+def body_weights(state: ServerState) -> tff.learning.models.ModelWeights:
+  """y_theta, the iterate evaluated: x_theta plus the optimizer state's offset."""
+  offset = state.finalizer["y_offset"]
+  return tff.learning.models.ModelWeights(
+      trainable=[np.asarray(x) + np.asarray(d)
+                 for x, d in zip(state.model.trainable, offset)],
+      non_trainable=list(state.model.non_trainable))
+
+
+def initial_ascd_client_state(client_index: int, num_classes: int, **kwargs
+                              ) -> collections.OrderedDict:
+  """`model_types.initial_client_state` with z_W = y_W = the fresh head."""
+  state = initial_client_state(client_index, num_classes, **kwargs)
+  state[HEAD_Z] = collections.OrderedDict(
+      (name, np.copy(value)) for name, value in state["head"].items())
+  return state
+
+
+def build(config: AlgorithmConfig,
+          client_data: Optional[ClientDataComputations] = None) -> PersonalizedAlgorithm:
+  """ASCD-PFL from its configuration (`api.Builder`)."""
+  body_fn = config.body_fn()
+  types = model_types(body_fn, config.image_shape, config.max_classes)
+  process = build_ascd_pfl_process(
+      body_fn, image_shape=config.image_shape, max_classes=config.max_classes,
+      total_examples=config.total_examples,
+      participation_prob=config.participation_prob, client_lr=config.client_lr,
+      server_lr=config.server_lr, p_w=config.ascd_p_w, momentum=config.ascd_momentum,
+      z_step=config.ascd_z_step, seed=config.seed,
+      client_data=client_data and client_data.train)
+  types = ModelTypes(types.weights, types.dataset, _client_state_type(types),
+                     types.feature_dim, types.max_classes)
+  return PersonalizedAlgorithm(
+      name="ascd_pfl", process=process, body_fn=body_fn, types=types,
+      body_weights=body_weights,
+      initial_client_state=functools.partial(
+          initial_ascd_client_state, feature_dim=types.feature_dim,
+          max_classes=types.max_classes, seed=config.seed),
+      broadcast_type=process.next.type_signature.parameter[0].member.model,
+      update_type=types.weights.trainable,
+      takes_client_ids=client_data is not None)
