@@ -10,9 +10,10 @@ Real data: objective x c x optimizer on each dataset (20 devices, c classes each
   python binaries/reproduce_unified.py --datasets=mnist --objectives=mt2,mx2,apfl2 \
       --classes=2,4,8 --algorithms=lsgd_pfl,ascd_pfl,asvrcd_pfl
 
-Ablations (spec 4.4, 4.5): `--p_w=0.1,0.3,...` runs each cell at those w-step
+Ablations (spec 4.4-4.6): `--p_w=0.1,0.3,...` runs each cell at those w-step
 probabilities too (eta recomputed for each), `--no_reparametrize` also without the
-w / sqrt(M) reparametrization.
+w / sqrt(M) reparametrization, `--mt_alpha=0.1,10,...` MT2 at those relaxations alpha
+(each its own F*). `--datasets=cifar10_colour`: CIFAR-10 with its 3072 colour features.
 
 A run whose summary.json exists is read, not rerun. Writes <docs_dir>/<dataset>.png
 (relative suboptimality, and estimation error or test accuracy, against
@@ -28,6 +29,7 @@ from tff_pflego import cli  # pylint: disable=g-bad-import-order
 
 import csv
 import dataclasses
+import functools
 import json
 import os
 from typing import Optional
@@ -48,6 +50,8 @@ flags.DEFINE_integer("rounds", 1000, "Communications per run.", lower_bound=1)
 flags.DEFINE_integer("eval_every", 5, "Communications between evaluations.", lower_bound=1)
 flags.DEFINE_integer("seed", 0, "The optimizers' seed.")
 flags.DEFINE_list("p_w", [], "Ablation: also run at these w-step probabilities.")
+flags.DEFINE_list("mt_alpha", [],
+                  "Ablation (spec 4.6): also run MT2 at these relaxations alpha.")
 flags.DEFINE_bool("no_reparametrize", False,
                   "Ablation: also run without the w / sqrt(M) reparametrization.")
 
@@ -61,12 +65,20 @@ class Cell:
   algorithm: str
   p_w: Optional[float] = None  # None: the theory's
   reparametrize: bool = True
+  mt_alpha: Optional[float] = None  # None: the paper's 1
+  colour: bool = False  # CIFAR-10's 3072 colour features
+
+  @property
+  def name(self) -> str:
+    """The dataset as --datasets names it (cifar10_colour: CIFAR-10 in colour)."""
+    return self.dataset + ("_colour" if self.colour else "")
 
   @property
   def variant(self) -> str:
     """'' for the theory's settings, else what differs."""
     parts = ([f"p_w={self.p_w:g}"] if self.p_w is not None else []) + (
-        [] if self.reparametrize else ["plain w"])
+        [] if self.reparametrize else ["plain w"]) + (
+        [f"alpha={self.mt_alpha:g}"] if self.mt_alpha is not None else [])
     return ", ".join(parts)
 
   @property
@@ -76,17 +88,18 @@ class Cell:
   @property
   def run_name(self) -> str:
     suffix = (f"_pw{self.p_w:g}" if self.p_w is not None else "") + (
-        "" if self.reparametrize else "_plain")
+        "" if self.reparametrize else "_plain") + (
+        f"_alpha{self.mt_alpha:g}" if self.mt_alpha is not None else "")
     return self.algorithm + suffix
 
   @property
   def problem(self) -> str:
     if self.sigma is not None:
       return f"{self.dataset}_sigma{self.sigma:g}"
-    return f"{self.dataset}_{self.objective}_c{self.classes}"
+    return f"{self.name}_{self.objective}_c{self.classes}"
 
   def sort_key(self) -> tuple:
-    return (self.dataset, self.problem, self.algorithm, self.variant)
+    return (self.name, self.problem, self.algorithm, self.mt_alpha or 0, self.variant)
 
   @property
   def title(self) -> str:
@@ -102,15 +115,17 @@ class Cell:
         dataset=self.dataset, algorithm=self.algorithm, rounds=f.rounds, seed=f.seed,
         eval_every=f.eval_every, output_dir=os.path.join(f.output_dir, self.problem,
                                                          self.run_name),
-        p_w=self.p_w, reparametrize=self.reparametrize, progress=True, **options)
+        p_w=self.p_w, reparametrize=self.reparametrize, mt_alpha=self.mt_alpha,
+        colour=self.colour, progress=True, **options)
 
 
 def _cells() -> list[Cell]:
   f = flags.FLAGS
   cells = []
-  for dataset in f.datasets:
+  for name in f.datasets:
+    dataset, colour = (("cifar10", True) if name == "cifar10_colour" else (name, False))
     if dataset not in experiment.DATASETS:
-      raise UserError(f"--datasets: unknown problem {dataset!r}")
+      raise UserError(f"--datasets: unknown problem {name!r}")
     if dataset in synthetic.SYNTHETIC:
       objective = dataset.split("_", 1)[-1]
       problems = [(objective, float(s), None) for s in
@@ -123,12 +138,14 @@ def _cells() -> list[Cell]:
           raise UserError(f"--algorithms: unknown optimizer {algorithm!r}")
         if not registry.supports(algorithm, objective):
           continue
-        cells.append(Cell(dataset, objective, sigma, classes, algorithm))
-        cells.extend(Cell(dataset, objective, sigma, classes, algorithm, p_w=float(p))
-                     for p in f.p_w)
+        cell = functools.partial(Cell, dataset, objective, sigma, classes, algorithm,
+                                 colour=colour)
+        cells.append(cell())
+        cells.extend(cell(p_w=float(p)) for p in f.p_w)
         if f.no_reparametrize:
-          cells.append(Cell(dataset, objective, sigma, classes, algorithm,
-                            reparametrize=False))
+          cells.append(cell(reparametrize=False))
+        if objective == "mt2":
+          cells.extend(cell(mt_alpha=float(a)) for a in f.mt_alpha)
   return cells
 
 
@@ -152,11 +169,11 @@ def main(argv: list[str]) -> None:
   results = _collect()
   docs = flags.FLAGS.docs_dir
   os.makedirs(docs, exist_ok=True)
-  for dataset in sorted({c.dataset for c in results}):
-    _plot({c: r for c, r in results.items() if c.dataset == dataset and not c.variant},
+  for dataset in sorted({c.name for c in results}):
+    _plot({c: r for c, r in results.items() if c.name == dataset and not c.variant},
           os.path.join(docs, f"{dataset}.png"))
     varied = {(c.problem, c.algorithm) for c in results
-              if c.dataset == dataset and c.variant}
+              if c.name == dataset and c.variant}
     if varied:
       _plot({c: r for c, r in results.items() if (c.problem, c.algorithm) in varied},
             os.path.join(docs, f"{dataset}_ablations.png"))
@@ -181,7 +198,8 @@ def _collect() -> dict[Cell, tuple[dict, list[dict]]]:
                   settings["heterogeneity"] if synthetic_run else None,
                   None if synthetic_run else settings["classes_per_device"],
                   summary["algorithm"], settings.get("p_w"),
-                  settings.get("reparametrize", True))
+                  settings.get("reparametrize", True), settings.get("mt_alpha"),
+                  settings.get("colour", False))
       results[cell] = (summary, _read_rows(run_dir))
   return results
 
@@ -224,7 +242,7 @@ def _plot(results: dict, path: str) -> None:
                         else "test accuracy of local models (%)")
   for column in range(len(problems)):  # panels can hold different runs
     axes[0][column].legend(fontsize=6)
-  dataset = next(iter(results)).dataset
+  dataset = next(iter(results)).name
   fig.suptitle(f"Unified PFL optimizers on {dataset} (binaries/reproduce_unified.py)",
                fontsize=9)
   fig.tight_layout()
@@ -249,7 +267,7 @@ def _table(results: dict, path: str) -> None:
     final = summary["final"]
     score = (f"{final['estimation_error']:.4g}" if cell.sigma is not None
              else f"{100 * final['test_accuracy']:.2f} %")
-    lines.append(f"| {cell.dataset} {cell.title} | {cell.label} | {' | '.join(cells)} "
+    lines.append(f"| {cell.name} {cell.title} | {cell.label} | {' | '.join(cells)} "
                  f"| {final['relative_suboptimality']:.2e} | {score} | {seconds:.0f} |")
   with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")

@@ -41,6 +41,9 @@ flags.DEFINE_integer("seed", _D.seed, "Seed of the optimizer's random draws.")
 flags.DEFINE_bool("no_reparametrize", False,
                   "Optimize over w itself instead of w / sqrt(M) (spec 4.5 ablation).")
 flags.DEFINE_float("p_w", None, "Probability of a w step; unset: the theory's value.")
+flags.DEFINE_float("mt_alpha", None,
+                  "MT2's relaxation alpha (alpha f~(w) + f~(beta) + ...); unset: 1, the "
+                  "paper's; large: Ditto.")
 flags.DEFINE_enum("ascd_variant", _D.ascd_variant, experiment.ASCD_VARIANTS,
                   "ASCD's block not sampled: frozen (the reference) or lifted.")
 flags.DEFINE_integer("local_steps", _D.local_steps, "LSGD-PFL's tau.", lower_bound=1)
@@ -61,7 +64,7 @@ def main(argv: list[str]) -> None:
       classes_per_device=f.classes_per_device, colour=f.colour, ridge=f.ridge,
       paper_mu=f.paper_mu, data_dir=f.data_dir, raw_data_dir=f.raw_data_dir,
       algorithm=f.algorithm, rounds=f.rounds, seed=f.seed,
-      reparametrize=not f.no_reparametrize, p_w=f.p_w, ascd_variant=f.ascd_variant,
+      reparametrize=not f.no_reparametrize, p_w=f.p_w, mt_alpha=f.mt_alpha, ascd_variant=f.ascd_variant,
       local_steps=f.local_steps, lsgd_lr=f.lsgd_lr, eval_every=f.eval_every,
       output_dir=f.output_dir, overwrite=f.overwrite, progress=True)
   config.check()

@@ -55,7 +55,7 @@ def _flat_hessian(objective, data, flat):
 @pytest.mark.parametrize("kind,loss", [
     ("fl", "logistic"), ("local", "logistic"), ("mt2", "logistic"), ("mx2", "logistic"),
     ("apfl2", "logistic"), ("ews", "logistic"), ("mx2", "softmax"), ("mt2", "softmax"),
-    ("apfl2", "softmax")])
+    ("apfl2", "softmax"), ("mt2:alpha=3", "logistic"), ("mt2:alpha=0.2", "softmax")])
 @pytest.mark.parametrize("reparametrize", [True, False])
 def test_constants_bound_numerical_hessians(kind, loss, reparametrize):
   """lambda_max of the w and beta blocks of the Hessian of F <= L_w, L_beta and
@@ -63,8 +63,10 @@ def test_constants_bound_numerical_hessians(kind, loss, reparametrize):
   component (calligraphic constants). The bounds are also near-tight for mu."""
   softmax = loss == "softmax"
   data = _data(d=3 if softmax else 4, classes=3 if softmax else 2)
+  kind, _, alpha = kind.partition(":alpha=")  # MT2's relaxation (spec 4.6)
   objective = _objective(kind, data, reparametrize=reparametrize, loss=loss,
-                         **(dict(num_classes=3) if softmax else {}))
+                         **(dict(num_classes=3) if softmax else {}),
+                         **(dict(alpha=float(alpha)) if alpha else {}))
   block = constants.block_constants(objective, constants.curvatures(objective, data))
   d0, m = objective.global_dim, objective.num_devices
   size = d0 + m * objective.local_dim

@@ -28,6 +28,9 @@ def _run(args: list[str]) -> subprocess.CompletedProcess:
     (["--p_w=1.5"], "--p_w must be in (0, 1), got 1.5"),
     (["--rounds=0"], "--rounds=0"),
     (["--algorithm=adam"], "--algorithm=adam: value should be one of"),
+    (["--dataset=mnist", "--objective=mx2", "--mt_alpha=2"],
+     "--mt_alpha applies to --objective=mt2 only, got 'mx2'"),
+    (["--dataset=mnist", "--objective=mt2", "--mt_alpha=0"], "--mt_alpha must be > 0"),
     (["--dataset=fashion_mnist", "--objective=mx2", "--classes_per_device=11"],
      "--classes_per_device must be in [1, 10] for fashion_mnist, got 11"),
 ])

@@ -48,6 +48,7 @@ class UnifiedConfig:
   num_examples: int = 1000  # synthetic n (real data: 100 train / 300 test per device)
   reparametrize: bool = True
   p_w: Optional[float] = None  # None: the theory's calL_w / (calL_w + calL_beta)
+  mt_alpha: Optional[float] = None  # MT2's alpha (relaxation); None: the paper's 1
   ascd_variant: str = "frozen"
   local_steps: int = 5  # LSGD-PFL's tau
   lsgd_lr: Optional[float] = None
@@ -85,6 +86,10 @@ class UnifiedConfig:
       return f"--heterogeneity must be > 0, got {self.heterogeneity}"
     if self.p_w is not None and not 0 < self.p_w < 1:
       return f"--p_w must be in (0, 1), got {self.p_w}"
+    if self.mt_alpha is not None and not self.mt_alpha > 0:
+      return f"--mt_alpha must be > 0, got {self.mt_alpha}"
+    if self.mt_alpha is not None and self.objective != "mt2":
+      return f"--mt_alpha applies to --objective=mt2 only, got {self.objective!r}"
     if self.ascd_variant not in ASCD_VARIANTS:
       return (f"--ascd_variant must be one of {', '.join(ASCD_VARIANTS)}, "
               f"got {self.ascd_variant!r}")
@@ -139,7 +144,8 @@ def _real(config: UnifiedConfig):
   objective = Objective(
       config.objective, "softmax", config.num_devices, split.data.x.shape[-1],
       num_classes=split.num_classes, ridge=ridge, reparametrize=config.reparametrize,
-      **real_data.paper_objective_options(config.objective, config.classes_per_device))
+      **(real_data.paper_objective_options(config.objective, config.classes_per_device)
+         | ({} if config.mt_alpha is None else dict(alpha=config.mt_alpha))))
   extras = driver.Extras(test_accuracy=real_data.local_accuracy(objective, split.data))
   return objective, split.data, None, extras, split.provenance
 
