@@ -44,6 +44,9 @@ flags.DEFINE_float("p_w", None, "Probability of a w step; unset: the theory's va
 flags.DEFINE_float("mt_alpha", None,
                   "MT2's relaxation alpha (alpha f~(w) + f~(beta) + ...); unset: 1, the "
                   "paper's; large: Ditto.")
+flags.DEFINE_integer("devices_per_round", None,
+                     "Partial participation: r of the M devices per round (unset: all); "
+                     "lsgd_pfl, scd_pfl and frozen ascd_pfl.", lower_bound=1)
 flags.DEFINE_enum("ascd_variant", _D.ascd_variant, experiment.ASCD_VARIANTS,
                   "ASCD's block not sampled: frozen (the reference) or lifted.")
 flags.DEFINE_integer("local_steps", _D.local_steps, "LSGD-PFL's tau.", lower_bound=1)
@@ -64,7 +67,8 @@ def main(argv: list[str]) -> None:
       classes_per_device=f.classes_per_device, colour=f.colour, ridge=f.ridge,
       paper_mu=f.paper_mu, data_dir=f.data_dir, raw_data_dir=f.raw_data_dir,
       algorithm=f.algorithm, rounds=f.rounds, seed=f.seed,
-      reparametrize=not f.no_reparametrize, p_w=f.p_w, mt_alpha=f.mt_alpha, ascd_variant=f.ascd_variant,
+      reparametrize=not f.no_reparametrize, p_w=f.p_w, mt_alpha=f.mt_alpha,
+      devices_per_round=f.devices_per_round, ascd_variant=f.ascd_variant,
       local_steps=f.local_steps, lsgd_lr=f.lsgd_lr, eval_every=f.eval_every,
       output_dir=f.output_dir, overwrite=f.overwrite, progress=True)
   config.check()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests import unified_reference as ref
-from tff_pflego.unified import constants, driver, registry, solver
+from tff_pflego.unified import constants, driver, registry, sampling, solver
 from tff_pflego.unified.objectives import DeviceData, Objective
 from tff_pflego.unified.process import OptimizerConfig
 
@@ -161,3 +161,73 @@ def test_reparametrized_and_plain_runs_map_iterate_for_iterate(name, frozen):
   assert alg_r.local_iterates(states_r) == pytest.approx(alg_p.local_iterates(states_p),
                                                          abs=1e-12)
   assert np.abs(alg_r.local_iterates(states_r)).max() > 1e-3  # the runs moved
+
+
+# --- partial participation -----------------------------------------------------------
+
+def _run_cohorts(name, objective, data, params, rounds, r, seed=5, **config):
+  """The driver's loop: each round's cohort only, its states put back by device."""
+  algorithm = registry.build_optimizer(
+      name, objective, data, OptimizerConfig(params, seed, devices_per_round=r, **config))
+  state, states = algorithm.process.initialize(), list(algorithm.initial_device_states)
+  cohorts = []
+  for round_num in range(rounds):
+    cohort = algorithm.participants(round_num)
+    cohorts.append(cohort)
+    state, new, _ = algorithm.process.next(
+        state, [algorithm.client_inputs[i] for i in cohort], [states[i] for i in cohort])
+    for s in new:
+      states[int(s["device"])] = s
+  return algorithm, state, states, cohorts
+
+
+@pytest.mark.parametrize("name,kind", [("ascd_pfl", "mx2"), ("scd_pfl", "mt2"),
+                                       ("ascd_pfl", "ews")])
+def test_partial_participation_matches_the_numpy_reference(name, kind):
+  """2 of 4 devices per round, 10 rounds: the w estimate averages the cohort's parts,
+  the cohort's beta estimates are divided by q = 1/2 and the others' beta stay put, in
+  an independent numpy implementation, to 1e-10."""
+  objective, data, problem = _problem(kind, m=4)
+  params = _params(objective, data, p_w=0.4)
+  algorithm, state, states, cohorts = _run_cohorts(name, objective, data, params, 10, 2)
+  assert all(len(c) == 2 for c in cohorts) and len({tuple(c) for c in cohorts}) > 1
+  momentum, vr, frozen = RULES[name]
+  reference = ref.BlockCD(problem, params, momentum, vr, frozen, 5)
+  for r, cohort in enumerate(cohorts):
+    reference.run_round(r, cohort)
+  assert algorithm.global_iterate(state) == pytest.approx(reference.w["y"], abs=1e-10)
+  assert algorithm.local_iterates(states) == pytest.approx(
+      np.stack([b["y"] for b in reference.b]), abs=1e-10)
+
+
+def test_lsgd_partial_participation_matches_the_numpy_reference():
+  objective, data, problem = _problem("mx2", m=4)
+  params = _params(objective, data)
+  algorithm, state, states, cohorts = _run_cohorts("lsgd_pfl", objective, data, params,
+                                                   6, 3, local_steps=3)
+  w, betas = ref.lsgd(problem, params.eta, 3, 6, 5, cohorts)
+  assert algorithm.global_iterate(state) == pytest.approx(w, abs=1e-10)
+  assert algorithm.local_iterates(states) == pytest.approx(betas, abs=1e-10)
+
+
+def test_cohorts_are_uniform_and_reproducible():
+  """Each device is in a round's cohort with probability r / M (4 standard errors over
+  3000 rounds), cohorts hold r distinct devices and depend on (seed, round) only."""
+  rounds, m, r = 3000, 5, 2
+  cohorts = [sampling.cohort(7, t, m, r) for t in range(rounds)]
+  assert all(len(set(c)) == r and all(0 <= i < m for i in c) for c in cohorts)
+  assert cohorts[:20] == [sampling.cohort(7, t, m, r) for t in range(20)]
+  assert cohorts[:20] != [sampling.cohort(8, t, m, r) for t in range(20)]
+  q = r / m
+  for i in range(m):
+    frequency = np.mean([i in c for c in cohorts])
+    assert abs(frequency - q) < 4 * np.sqrt(q * (1 - q) / rounds)
+
+
+@pytest.mark.parametrize("name,frozen", [("asvrcd_pfl", True), ("svrcd_pfl", True),
+                                         ("ascd_pfl", False), ("l2sgd_plus", True)])
+def test_partial_participation_is_refused_where_it_would_be_wrong(name, frozen):
+  objective, data, _ = _problem("mx2", m=4)
+  with pytest.raises(ValueError, match="needs every device in every round"):
+    registry.build_optimizer(name, objective, data, OptimizerConfig(
+        _params(objective, data), 0, frozen=frozen, devices_per_round=2))

@@ -81,14 +81,16 @@ class BlockCD:
     self.w = dict(self.w, v=old_w["y"], g=np.mean([g[0] for g in full], axis=0))
     self.b = [dict(self.b[i], v=old_b[i]["y"], g=full[i][1] / m) for i in range(m)]
 
-  def iteration(self, block, refresh, examples):
+  def iteration(self, block, refresh, examples, cohort, q):
+    """Devices outside `cohort` keep their beta; the cohort's beta estimates are
+    divided by q, the w estimate averages the cohort's parts (partial participation)."""
     xs, ys, m, p_w = self.p["x"], self.p["y"], self.p["M"], self.params.p_w
     old_w, old_b = self.w, self.b
     x_w = self.point(old_w)
     x_b = [self.point(s) for s in old_b]
     if block == "w":
       parts = []
-      for i in range(m):
+      for i in cohort:
         j = examples[i]
         g = self.grads(x_w, x_b[i], xs[i][j:j + 1], ys[i][j:j + 1])[0]
         if self.vr:
@@ -96,24 +98,27 @@ class BlockCD:
         parts.append(g)
       g_w = np.mean(parts, axis=0) / p_w + (old_w["g"] if self.vr else 0)
       self.w = self.step(old_w, x_w, g_w)
-      self.b = [self.other(old_b[i], x_b[i]) for i in range(m)]
+      self.b = [self.other(old_b[i], x_b[i]) if i in cohort else old_b[i]
+                for i in range(m)]
     else:
-      new_b = []
-      for i in range(m):
+      new_b = list(old_b)
+      for i in cohort:
         j = examples[i]
         g = self.grads(x_w, x_b[i], xs[i][j:j + 1], ys[i][j:j + 1])[1] / m
         if self.vr:
           g_v = self.grads(old_w["v"], old_b[i]["v"], xs[i][j:j + 1], ys[i][j:j + 1])[1]
           g = g - g_v / m
-        g = g / (1 - p_w) + (old_b[i]["g"] if self.vr else 0)
-        new_b.append(self.step(old_b[i], x_b[i], g))
+        g = g / ((1 - p_w) * q) + (old_b[i]["g"] if self.vr else 0)
+        new_b[i] = self.step(old_b[i], x_b[i], g)
       self.b = new_b
       self.w = self.other(old_w, x_w)
     if refresh:
       self.refresh(old_w, old_b)
 
-  def run_round(self, round_num):
+  def run_round(self, round_num, cohort=None):
     n, m = self.p["n"], self.p["M"]
+    cohort = list(range(m)) if cohort is None else list(cohort)
+    q = len(cohort) / m
     sched = sampling.round_schedule(self.seed, round_num, self.params.p_w,
                                     self.params.rho, self.vr)
     if self.vr and round_num == 0:
@@ -123,9 +128,9 @@ class BlockCD:
     index = [sampling.example_indices(self.seed, round_num, i, local + 1, n).numpy()
              for i in range(m)]
     for k in range(local):
-      self.iteration("b", False, [index[i][k] for i in range(m)])
+      self.iteration("b", False, [index[i][k] for i in range(m)], cohort, q)
     self.iteration("w" if bool(sched["step_w"]) else "b", bool(sched["refresh"]),
-                   [index[i][local] for i in range(m)])
+                   [index[i][local] for i in range(m)], cohort, q)
 
 
 def fedavg(xs, ys, eta, local_steps, rounds, seed):
@@ -202,3 +207,25 @@ def pfedme(xs, ys, lam, ridge, scale, rounds, seed, local_rounds=20, inner_steps
       models.append(w_m)
     w = np.mean(models, axis=0)
   return w / scale, theta
+
+
+def lsgd(problem, eta, local_steps, rounds, seed, cohorts):
+  """LSGD-PFL with the given cohort per round: the cohort's devices take tau steps on
+  one example at a time from the server's w, w becomes their mean, the others wait."""
+  m, n = problem["M"], problem["n"]
+  w, betas = np.zeros(problem["d0"]), [np.zeros(problem["dl"]) for _ in range(m)]
+  p = problem
+  for r in range(rounds):
+    local_ws = []
+    for i in cohorts[r]:
+      index = sampling.example_indices(seed, r, i, local_steps, n).numpy()
+      w_i, b_i = w.copy(), betas[i]
+      for j in index:
+        g_w, g_b = device_gradients(p["kind"], p["scale"], p["lam"], p["alpha"],
+                                    p["ridge"], p["d_g"], w_i, b_i, p["x"][i][j:j + 1],
+                                    p["y"][i][j:j + 1])
+        w_i, b_i = w_i - eta / m * g_w, b_i - eta / m * g_b
+      local_ws.append(w_i)
+      betas[i] = b_i
+    w = np.mean(local_ws, axis=0)
+  return w, np.stack(betas)

@@ -15,6 +15,11 @@ the reference point v and the stored full gradient G = grad F(v)):
      With `frozen` (the reference's ASCD, defect-free but a choice: B7) the block not
      sampled keeps its y and z instead of stepping with g = 0.
   5. c = 1: v <- y^k (this iteration's starting y), G <- grad F(v) (theory's order).
+Partial participation (r of M devices per round, `sampling.cohort`; without variance
+reduction and with frozen or no momentum): the cohort runs the round and the others'
+beta blocks are frozen as unsampled blocks are; the w estimate averages the cohort's
+parts (unbiased), a cohort device's beta estimate is divided by q = r / M as well
+(unbiased: P(m in cohort) = q).
 With variance reduction the first communication (round 0) only computes G = grad F(0)
 at the starting point v = y = z = 0: every later estimate is unbiased.
 
@@ -31,7 +36,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Callable
+from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
@@ -57,6 +62,7 @@ class BlockRule:
   # Multiplies the block's estimate in step 4 (a per-block step size): the w block at
   # 1/M without the reparametrization is the reparametrized run, iterate for iterate.
   gradient_scale: float = 1.0
+  participation: float = 1.0  # q = r / M: a device's probability of taking part
 
   def keys(self) -> tuple[str, ...]:
     return ("y", "z")[:1 + self.momentum] + (("v", "g") if self.variance_reduced else ())
@@ -109,8 +115,12 @@ def builder(name: str, make_rule: Callable[[StepParameters, bool], BlockRule]
   """An algorithm module's `build(objective, data, config)` from its rule."""
   def build_algorithm(objective: Objective, data: DeviceData,
                       config: OptimizerConfig) -> UnifiedAlgorithm:
-    return build(name, objective, make_rule(config.params, config.frozen), data,
-                 config.seed, config.w_gradient_scale)
+    rule = make_rule(config.params, config.frozen)
+    r, m = config.devices_per_round, objective.num_devices
+    if r is not None and r < m:  # `registry.partial_participation_problem` allows it
+      rule = dataclasses.replace(rule, participation=r / m)
+    return build(name, objective, rule, data, config.seed, config.w_gradient_scale,
+                 r)
   return build_algorithm
 
 
@@ -122,7 +132,7 @@ def beta_estimate(rule: BlockRule, objective: Objective, w_state, b_state, x, y)
   g_x = objective.block_gradient("beta", x_w, x_b, x, y) / m
   g_v = (objective.block_gradient("beta", w_state["v"], b_state["v"], x, y) / m
          if rule.variance_reduced else None)
-  return x_b, rule.estimate(g_x, g_v, b_state, 1.0 - rule.p_w)
+  return x_b, rule.estimate(g_x, g_v, b_state, (1.0 - rule.p_w) * rule.participation)
 
 
 def w_direction(rule: BlockRule, objective: Objective, w_state, b_state, x, y):
@@ -139,7 +149,8 @@ def w_estimate(rule: BlockRule, w_state, mean_direction):
 
 
 def build(name: str, objective: Objective, rule: BlockRule, data: DeviceData,
-          seed: int, w_gradient_scale: float = 1.0) -> UnifiedAlgorithm:
+          seed: int, w_gradient_scale: float = 1.0,
+          devices_per_round: Optional[int] = None) -> UnifiedAlgorithm:
   m, n = objective.num_devices, data.num_examples
   d0 = objective.global_dim
   vr = rule.variance_reduced
@@ -225,4 +236,5 @@ def build(name: str, objective: Objective, rule: BlockRule, data: DeviceData,
                 step_w=tf.logical_and(drawn["step_w"], tf.logical_not(initial)),
                 refresh=tf.logical_or(drawn["refresh"], initial), initial=initial)
 
-  return compose(name, objective, w_initial, beta_initial, schedule, client, server, data)
+  return compose(name, objective, w_initial, beta_initial, schedule, client, server, data,
+                 devices_per_round, seed)

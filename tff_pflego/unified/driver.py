@@ -7,7 +7,9 @@ After every `eval_every` rounds (and the last) it records F at the reported iter
 (w = the server's y, beta_m = each device's y), its relative suboptimality
 (F - F*) / F* against the central optimum, and what the run has cost per device so far:
 local iterations, w- and beta-gradient evaluations (component gradients; a full
-gradient counts n), bytes down and up (`training.ledger`, from the TFF types). Rows go
+gradient counts n), bytes down and up (`training.ledger`, from the TFF types; with
+partial participation, averaged over all devices). Each round runs on the algorithm's
+`participants`, whose new states replace theirs. Rows go
 to metrics.csv; summary.json holds the settings, the constants, the step parameters,
 `final` and the communications each precision took.
 """
@@ -81,7 +83,7 @@ def run(algorithm: UnifiedAlgorithm, data: DeviceData, rounds: int, optimum: flo
   traffic = ledger.traffic_per_client(algorithm.broadcast_type, algorithm.update_type)
   state = algorithm.process.initialize()
   device_states = algorithm.initial_device_states
-  totals = dict(local_iterations=0, w_gradients=0, beta_gradients=0)
+  totals = dict(local_iterations=0, w_gradients=0, beta_gradients=0, participations=0)
   rows: list[dict] = []
   outputs = _Outputs(output_dir) if output_dir else None
   evaluate = objectives.objective_evaluator(objective, data)
@@ -98,8 +100,8 @@ def run(algorithm: UnifiedAlgorithm, data: DeviceData, rounds: int, optimum: flo
         local_iterations=totals["local_iterations"],
         w_gradients_per_device=totals["w_gradients"] / m,
         beta_gradients_per_device=totals["beta_gradients"] / m,
-        bytes_down_per_device=traffic["bytes_down"] * round_num,
-        bytes_up_per_device=traffic["bytes_up"] * round_num,
+        bytes_down_per_device=traffic["bytes_down"] * totals["participations"] / m,
+        bytes_up_per_device=traffic["bytes_up"] * totals["participations"] / m,
         estimation_error=(extras.estimation_error(w, betas)
                           if extras.estimation_error else float("nan")),
         test_accuracy=(extras.test_accuracy(w, betas) if extras.test_accuracy
@@ -110,8 +112,14 @@ def run(algorithm: UnifiedAlgorithm, data: DeviceData, rounds: int, optimum: flo
 
   record(0)
   for round_num in tqdm.trange(1, rounds + 1, disable=not progress, unit="comm"):
-    state, device_states, metrics = algorithm.process.next(
-        state, algorithm.client_inputs, device_states)
+    cohort = algorithm.participants(round_num - 1)
+    state, new_states, metrics = algorithm.process.next(
+        state, [algorithm.client_inputs[i] for i in cohort],
+        [device_states[i] for i in cohort])
+    device_states = list(device_states)
+    for new in new_states:  # matched by the device each state names
+      device_states[int(new["device"])] = new
+    totals["participations"] += len(cohort)
     totals["local_iterations"] += int(metrics["schedule"]["local_steps"])
     totals["w_gradients"] += int(metrics["counts"]["w_gradients"])
     totals["beta_gradients"] += int(metrics["counts"]["beta_gradients"])

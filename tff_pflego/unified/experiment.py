@@ -49,6 +49,7 @@ class UnifiedConfig:
   reparametrize: bool = True
   p_w: Optional[float] = None  # None: the theory's calL_w / (calL_w + calL_beta)
   mt_alpha: Optional[float] = None  # MT2's alpha (relaxation); None: the paper's 1
+  devices_per_round: Optional[int] = None  # partial participation; None: all M
   ascd_variant: str = "frozen"
   local_steps: int = 5  # LSGD-PFL's tau
   lsgd_lr: Optional[float] = None
@@ -90,6 +91,15 @@ class UnifiedConfig:
       return f"--mt_alpha must be > 0, got {self.mt_alpha}"
     if self.mt_alpha is not None and self.objective != "mt2":
       return f"--mt_alpha applies to --objective=mt2 only, got {self.objective!r}"
+    if self.devices_per_round is not None:
+      if not 1 <= self.devices_per_round <= self.num_devices:
+        return (f"--devices_per_round must be in 1..{self.num_devices}, "
+                f"got {self.devices_per_round}")
+      if self.devices_per_round < self.num_devices:
+        problem = registry.partial_participation_problem(
+            self.algorithm, self.ascd_variant == "frozen")
+        if problem:
+          return problem
     if self.ascd_variant not in ASCD_VARIANTS:
       return (f"--ascd_variant must be one of {', '.join(ASCD_VARIANTS)}, "
               f"got {self.ascd_variant!r}")
@@ -194,7 +204,8 @@ def run(config: UnifiedConfig) -> dict:
   problem = build_problem(config)
   optimizer_config = OptimizerConfig(
       problem.params, config.seed, frozen=config.ascd_variant == "frozen",
-      local_steps=config.local_steps, lsgd_lr=config.lsgd_lr)
+      local_steps=config.local_steps, lsgd_lr=config.lsgd_lr,
+      devices_per_round=config.devices_per_round)
   algorithm = registry.build_optimizer(config.algorithm, problem.objective, problem.data,
                                        optimizer_config)
   settings = dataclasses.asdict(config)

@@ -8,6 +8,8 @@ example j at a time:
 (eta on the gradient of (1/M) f_m, the device's share of F, as the reference applies
 it); the round's communication sets w = (1/M) sum_m w_m. With tau = 1 this is SGD on F;
 without a local block (`fl`) it is FedAvg with full participation and a server rate 1.
+With partial participation (r of M) the round's cohort runs its tau steps, w is the
+cohort's mean (unbiased for the mean over all devices) and the others' beta wait.
 """
 
 from __future__ import annotations
@@ -58,4 +60,4 @@ def build(objective: Objective, data: DeviceData, config: OptimizerConfig
   return compose("lsgd_pfl", objective,
                  collections.OrderedDict(y=np.zeros(objective.global_dim)),
                  collections.OrderedDict(y=np.zeros(objective.local_dim)),
-                 schedule, client, server, data)
+                 schedule, client, server, data, config.devices_per_round, seed)

@@ -6,7 +6,7 @@
     client work  each device runs the round's local iterations and its part of the
                  communicating one: (broadcast, data, state) -> update, state, counts
     aggregator   the unweighted mean of the updates (F is the unweighted mean of f_m;
-                 every device takes part, as in the paper)
+                 every device takes part, as in the paper, or a uniform cohort)
     finalizer    the server's step of the global block from the mean update
   -> (new state, new device states @CLIENTS, metrics @SERVER)
 
@@ -29,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_pflego.unified import sampling
 from tff_pflego.unified.constants import StepParameters
 from tff_pflego.unified.objectives import DeviceData, Objective
 
@@ -42,6 +43,8 @@ class OptimizerConfig:
   local_steps: int = 5  # LSGD-PFL: tau iterations between two averagings
   lsgd_lr: Optional[float] = None  # LSGD-PFL's eta; None: ASVRCD's eta = 1/(4 calL)
   w_gradient_scale: float = 1.0  # block CD: the w block's step is eta times this
+  # Partial participation: r of the M devices take part in each round (None: all).
+  devices_per_round: Optional[int] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +58,17 @@ class UnifiedAlgorithm:
   # What `next` takes at the clients: each device's index (its data is built into
   # the client computation) or, without built-in data, its examples.
   client_inputs: list
+  # Partial participation: the round's devices are `sampling.cohort(seed, round, M,
+  # devices_per_round)`; the others' states stay as they are. None: every device.
+  devices_per_round: Optional[int] = None
+  seed: int = 0
+
+  def participants(self, round_num: int) -> list[int]:
+    """The devices taking part in round `round_num` (0 is the first)."""
+    m = self.objective.num_devices
+    if self.devices_per_round is None or self.devices_per_round >= m:
+      return list(range(m))
+    return sampling.cohort(self.seed, round_num, m, self.devices_per_round)
 
   @staticmethod
   def global_iterate(state) -> np.ndarray:
@@ -105,7 +119,8 @@ def data_type(objective: Objective, num_examples: int) -> tff.types.Type:
 
 def compose(name: str, objective: Objective, w_initial, beta_initial,
             schedule_fn: Callable, client_fn: Callable, server_fn: Callable,
-            data: DeviceData) -> UnifiedAlgorithm:
+            data: DeviceData, devices_per_round: Optional[int] = None,
+            seed: int = 0) -> UnifiedAlgorithm:
   """The process of the module docstring from the algorithm's TensorFlow functions:
   schedule_fn(round) -> dict, client_fn(broadcast, data, device state) -> (update,
   device state, counts), server_fn(w state, schedule, mean update) -> w state.
@@ -115,7 +130,9 @@ def compose(name: str, objective: Objective, w_initial, beta_initial,
   against the alternatives (ASCD, M = 20): passing the examples as the round's client
   data cost 12 ms of a 61 ms synthetic round (20 x 1000 x 15 float64); building them
   into the client computation as constants cost ~110 ms of a 207 ms MNIST round (20 x
-  100 x 784), the worker handling the constants at every call.
+  100 x 784), the worker handling the constants at every call. With
+  `devices_per_round`, `next` takes the round's cohort only (`participants`) and the
+  mean update is the cohort's (unbiased for the mean over all devices).
   """
   num_examples = data.num_examples
   w_type = _spec(w_initial)
@@ -183,4 +200,5 @@ def compose(name: str, objective: Objective, w_initial, beta_initial,
                     for m in range(objective.num_devices)]
   return UnifiedAlgorithm(name, objective, tff.templates.IterativeProcess(initialize, next_fn),
                           initial_states, broadcast_type, update_type,
-                          [np.int32(m) for m in range(objective.num_devices)])
+                          [np.int32(m) for m in range(objective.num_devices)],
+                          devices_per_round, seed)

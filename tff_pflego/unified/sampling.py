@@ -6,7 +6,9 @@ worker or order computed it:
             the communicating one, and whether it steps w and/or refreshes the
             reference point (stream 1, folded with the round);
   examples  device m's example index j for each iteration of the round (stream 0,
-            folded with the round and the device), uniform over its n examples.
+            folded with the round and the device), uniform over its n examples;
+  cohort    with partial participation, the round's r of the M devices, uniformly
+            without replacement (stream 2, folded with the round).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import math
 
 import tensorflow as tf
 
-EXAMPLE_STREAM, SCHEDULE_STREAM = 0, 1
+EXAMPLE_STREAM, SCHEDULE_STREAM, COHORT_STREAM = 0, 1, 2
 
 
 def _key(seed: int, stream: int, *data: tf.Tensor) -> tf.Tensor:
@@ -57,3 +59,11 @@ def round_schedule(seed: int, round_num: tf.Tensor, p_w: float, rho: float,
     return dict(local_steps=local, step_w=tf.constant(True), refresh=tf.constant(False))
   r = u[1] * q
   return dict(local_steps=local, step_w=r < p_w, refresh=r >= p_w * (1 - rho))
+
+
+def cohort(seed: int, round_num: int, num_devices: int, size: int) -> list[int]:
+  """The `size` devices (sorted) taking part in round `round_num`: the first `size` of
+  a uniformly random permutation, so each device is in with probability size / M."""
+  keys = tf.random.stateless_uniform([num_devices], _key(seed, COHORT_STREAM, round_num),
+                                     dtype=tf.float64)
+  return sorted(int(i) for i in tf.argsort(keys)[:size].numpy())
