@@ -89,6 +89,10 @@ def _curve(directory: str) -> dict:
               body_passes=summary["body_passes_per_client_round"])
 
 
+def _name(p_w: float, server_lr: float, client_lr: float, momentum: float) -> str:
+  return f"pw{p_w:g}_slr{server_lr:g}_clr{client_lr:g}_c{momentum:g}"
+
+
 def _label(settings: dict) -> str:
   return (f"p_w={settings['ascd_p_w']:g}, server_lr={settings['server_lr']:g}, "
           f"client_lr={settings['client_lr']:g}, c={settings['ascd_momentum']:g}")
@@ -100,7 +104,7 @@ def main(argv) -> None:
                                                                    _CLIENT_LR))))
   tuning = {}
   for p_w, server_lr, client_lr in grid:
-    name = f"tune/pw{p_w:g}_slr{server_lr:g}_clr{client_lr:g}_c{_MOMENTUM.value:g}"
+    name = "tune/" + _name(p_w, server_lr, client_lr, _MOMENTUM.value)
     tuning[name] = _curve(_run(name, "ascd_pfl", _TUNE_ROUNDS.value, ascd_p_w=p_w,
                                server_lr=server_lr, client_lr=client_lr,
                                ascd_momentum=_MOMENTUM.value, ascd_z_step=_Z_STEP.value))
@@ -109,11 +113,12 @@ def main(argv) -> None:
   chosen = tuning[best]["settings"]
   ascd = dict(ascd_p_w=chosen["ascd_p_w"], server_lr=chosen["server_lr"],
               client_lr=chosen["client_lr"], ascd_z_step=_Z_STEP.value)
+  rates = (chosen["ascd_p_w"], chosen["server_lr"], chosen["client_lr"])
   runs = {
       "PFLEGO (paper settings)": _run("pflego", "pflego", _ROUNDS.value),
-      "ASCD-PFL (tuned)": _run("ascd", "ascd_pfl", _ROUNDS.value,
+      "ASCD-PFL (tuned)": _run(_name(*rates, _MOMENTUM.value), "ascd_pfl", _ROUNDS.value,
                                ascd_momentum=_MOMENTUM.value, **ascd),
-      "SCD-PFL (the same, c = 0)": _run("scd", "ascd_pfl", _ROUNDS.value,
+      "SCD-PFL (the same, c = 0)": _run(_name(*rates, 0.0), "ascd_pfl", _ROUNDS.value,
                                         ascd_momentum=0.0, **ascd),
   }
   curves = {label: _curve(directory) for label, directory in runs.items()}

@@ -179,7 +179,8 @@ def test_local_evaluation_scores_the_locally_trained_model(name):
 
 # Body passes (forward, backward) per client and round at tau = 2 (FedRep: 1 body step).
 BODY_PASSES = {"fedavg": (2, 2), "fedprox": (2, 2), "fedper": (2, 2), "fedrep": (2, 1),
-               "fedbabu": (5, 5), "fedrecon": (3, 1), "ditto": (4, 4), "local_only": (2, 2)}
+               "fedbabu": (5, 5), "fedrecon": (3, 1), "ditto": (4, 4), "local_only": (2, 2),
+               "ascd_pfl": (1, 1)}
 
 
 @pytest.mark.parametrize("name", [n for n in registry.names() if n != "pflego"])
