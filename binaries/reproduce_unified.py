@@ -13,7 +13,9 @@ Real data: objective x c x optimizer on each dataset (20 devices, c classes each
 Ablations (spec 4.4-4.6): `--p_w=0.1,0.3,...` runs each cell at those w-step
 probabilities too (eta recomputed for each), `--no_reparametrize` also without the
 w / sqrt(M) reparametrization, `--mt_alpha=0.1,10,...` MT2 at those relaxations alpha
-(each its own F*). `--datasets=cifar10_colour`: CIFAR-10 with its 3072 colour features.
+(each its own F*), `--devices_per_round=5,10` with r of the M devices per round (the
+optimizers that allow partial participation). `--datasets=cifar10_colour`: CIFAR-10
+with its 3072 colour features.
 
 A run whose summary.json exists is read, not rerun. Writes <docs_dir>/<dataset>.png
 (relative suboptimality, and estimation error or test accuracy, against
@@ -52,6 +54,9 @@ flags.DEFINE_integer("seed", 0, "The optimizers' seed.")
 flags.DEFINE_list("p_w", [], "Ablation: also run at these w-step probabilities.")
 flags.DEFINE_list("mt_alpha", [],
                   "Ablation (spec 4.6): also run MT2 at these relaxations alpha.")
+flags.DEFINE_list("devices_per_round", [],
+                  "Partial participation: also run at these r (of M) devices per round, "
+                  "the optimizers that allow it.")
 flags.DEFINE_bool("no_reparametrize", False,
                   "Ablation: also run without the w / sqrt(M) reparametrization.")
 
@@ -67,6 +72,7 @@ class Cell:
   reparametrize: bool = True
   mt_alpha: Optional[float] = None  # None: the paper's 1
   colour: bool = False  # CIFAR-10's 3072 colour features
+  devices_per_round: Optional[int] = None  # None: every device (the paper's)
 
   @property
   def name(self) -> str:
@@ -78,7 +84,8 @@ class Cell:
     """'' for the theory's settings, else what differs."""
     parts = ([f"p_w={self.p_w:g}"] if self.p_w is not None else []) + (
         [] if self.reparametrize else ["plain w"]) + (
-        [f"alpha={self.mt_alpha:g}"] if self.mt_alpha is not None else [])
+        [f"alpha={self.mt_alpha:g}"] if self.mt_alpha is not None else []) + (
+        [f"r={self.devices_per_round}"] if self.devices_per_round is not None else [])
     return ", ".join(parts)
 
   @property
@@ -89,7 +96,8 @@ class Cell:
   def run_name(self) -> str:
     suffix = (f"_pw{self.p_w:g}" if self.p_w is not None else "") + (
         "" if self.reparametrize else "_plain") + (
-        f"_alpha{self.mt_alpha:g}" if self.mt_alpha is not None else "")
+        f"_alpha{self.mt_alpha:g}" if self.mt_alpha is not None else "") + (
+        f"_r{self.devices_per_round}" if self.devices_per_round is not None else "")
     return self.algorithm + suffix
 
   @property
@@ -116,7 +124,8 @@ class Cell:
         eval_every=f.eval_every, output_dir=os.path.join(f.output_dir, self.problem,
                                                          self.run_name),
         p_w=self.p_w, reparametrize=self.reparametrize, mt_alpha=self.mt_alpha,
-        colour=self.colour, progress=True, **options)
+        colour=self.colour, devices_per_round=self.devices_per_round, progress=True,
+        **options)
 
 
 def _cells() -> list[Cell]:
@@ -146,6 +155,8 @@ def _cells() -> list[Cell]:
           cells.append(cell(reparametrize=False))
         if objective == "mt2":
           cells.extend(cell(mt_alpha=float(a)) for a in f.mt_alpha)
+        if not registry.partial_participation_problem(algorithm, frozen=True):
+          cells.extend(cell(devices_per_round=int(r)) for r in f.devices_per_round)
   return cells
 
 
@@ -199,7 +210,7 @@ def _collect() -> dict[Cell, tuple[dict, list[dict]]]:
                   None if synthetic_run else settings["classes_per_device"],
                   summary["algorithm"], settings.get("p_w"),
                   settings.get("reparametrize", True), settings.get("mt_alpha"),
-                  settings.get("colour", False))
+                  settings.get("colour", False), settings.get("devices_per_round"))
       results[cell] = (summary, _read_rows(run_dir))
   return results
 

@@ -111,16 +111,24 @@ def test_reproduce_unified_is_resumable_and_tabulates_its_runs(tmp_path):
   script = os.path.join(REPO, "binaries", "reproduce_unified.py")
   args = [sys.executable, script, "--datasets=synthetic_mx2", "--heterogeneity=0.3",
           "--algorithms=ascd_pfl,l2sgd_plus", "--rounds=4", "--eval_every=2",
+          "--devices_per_round=10",
           f"--output_dir={tmp_path / 'runs'}", f"--docs_dir={tmp_path / 'docs'}"]
   first = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=600)
   assert first.returncode == 0, first.stderr[-3000:]
-  summaries = {name: tmp_path / "runs" / "synthetic_mx2_sigma0.3" / name / "summary.json"
-               for name in ("ascd_pfl", "l2sgd_plus")}
+  problem = tmp_path / "runs" / "synthetic_mx2_sigma0.3"
+  # Partial participation only where it is allowed (not L2SGD+).
+  assert sorted(os.listdir(problem)) == ["ascd_pfl", "ascd_pfl_r10", "l2sgd_plus"]
+  summaries = {name: problem / name / "summary.json"
+               for name in ("ascd_pfl", "l2sgd_plus", "ascd_pfl_r10")}
   stamps = {name: os.stat(path).st_mtime_ns for name, path in summaries.items()}
   table = (tmp_path / "docs" / "results.md").read_text()
+  labels = dict(ascd_pfl="ascd_pfl", l2sgd_plus="l2sgd_plus",
+                ascd_pfl_r10="ascd_pfl (r=10)")
   for name, path in summaries.items():
     value = json.loads(path.read_text())["final"]["relative_suboptimality"]
-    assert f"| {name} | " in table and f"{value:.2e}" in table
+    assert f"| {labels[name]} | " in table and f"{value:.2e}" in table
+  assert json.loads(summaries["ascd_pfl_r10"].read_text())["settings"][
+      "devices_per_round"] == 10
   second = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=600)
   assert second.returncode == 0, second.stderr[-3000:]
   assert "communications" not in second.stdout.split("wrote")[0]
