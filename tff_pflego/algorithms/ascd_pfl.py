@@ -48,12 +48,12 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_pflego import aggregators
-from tff_pflego.algorithms import composition, instrumentation
+from tff_pflego.algorithms import composition, instrumentation, pflego
 from tff_pflego.algorithms.api import (AlgorithmConfig, ClientDataComputations,
                                        PersonalizedAlgorithm, ServerState)
 from tff_pflego.algorithms.model_types import (BodyFn, ModelTypes, initial_client_state,
                                                model_types)
-from tff_pflego.models import assign_weights, heads
+from tff_pflego.models import heads
 
 HEAD_Z = "head_z"  # the client state's z_W (its `head` is y_W)
 
@@ -124,31 +124,18 @@ def make_client_update(body: tf.keras.Model, counter: instrumentation.BodyPassCo
   head_step = client_lr / ((1.0 - p_w) * participation_prob)
 
   def update(broadcast, dataset, client_state):
-    assign_weights(body, broadcast["model"])
-    timing = {}
-    batch = instrumentation.load_full_batch(dataset, timing)
-    x, labels = batch["x"], batch["y"]
-    num_examples = tf.cast(tf.shape(labels)[0], tf.float32)
-    mask = heads.class_mask(client_state["num_classes"], max_classes)
-    with tf.GradientTape() as tape:
-      features = counter.counted_call(body, x)
-      with tape.stop_recording():
-        y_head, z_head = head_coordinate_steps(
-            features, labels, mask, client_state["head"], client_state[HEAD_Z],
-            broadcast["head_iterations"], head_step, momentum, z_step)
-      point = couple(y_head, z_head, momentum)
-      loss, accuracy = heads.head_loss_and_accuracy(features, labels, point["kernel"],
-                                                    point["bias"], mask)
-    body_grads = tape.gradient(loss, body.trainable_variables)
-    new_state = collections.OrderedDict(
-        client_index=client_state["client_index"],
-        num_classes=client_state["num_classes"], head=y_head)
-    new_state[HEAD_Z] = z_head
-    metrics = collections.OrderedDict(
-        client_index=client_state["client_index"], loss=loss, accuracy=accuracy,
-        num_examples=num_examples, **counter.counts(), **timing)
-    return collections.OrderedDict(update=body_grads, update_weight=num_examples,
-                                   client_state=new_state, metrics=metrics)
+    def head_work(features, labels, mask):
+      y_head, z_head = head_coordinate_steps(
+          features, labels, mask, client_state["head"], client_state[HEAD_Z],
+          broadcast["head_iterations"], head_step, momentum, z_step)
+      return couple(y_head, z_head, momentum), (y_head, z_head)
+
+    step = pflego.cached_features_step(body, counter, broadcast["model"], dataset,
+                                       client_state, max_classes, head_work,
+                                       differentiate_head=False)
+    y_head, z_head = step["extra"]
+    return pflego.client_output(counter, client_state, step, collections.OrderedDict(
+        [("head", y_head), (HEAD_Z, z_head)]))
 
   return update
 

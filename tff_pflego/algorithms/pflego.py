@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import collections
 import functools
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -136,6 +136,56 @@ def head_gradient_steps(features: tf.Tensor, labels: tf.Tensor, head, mask: tf.T
   return collections.OrderedDict(kernel=transpose(kernel), bias=bias)
 
 
+def cached_features_step(body: tf.keras.Model, counter: instrumentation.BodyPassCounter,
+                         weights, dataset, client_state, max_classes: int,
+                         head_work: Callable, differentiate_head: bool = True):
+  """The client step PFLEGO's kind of algorithm shares: one body forward pass
+  Phi_i = phi(X_i; theta), local work on the head alone on those cached features, then
+  one backward pass of l_i at the head it returns.
+
+  head_work(features, labels, mask) -> (head, extra) runs unrecorded (theta does not
+  move while the head does, so the joint gradient's forward pass at theta is this one).
+  Returns OrderedDict(body_grads, head_grads (None unless `differentiate_head`), head,
+  extra, loss, accuracy, num_examples, timing).
+  """
+  assign_weights(body, weights)
+  timing = {}
+  batch = instrumentation.load_full_batch(dataset, timing)
+  x, y = batch["x"], batch["y"]
+  num_examples = tf.cast(tf.shape(y)[0], tf.float32)
+  mask = heads.class_mask(client_state["num_classes"], max_classes)
+  with tf.GradientTape() as tape:
+    features = counter.counted_call(body, x)
+    with tape.stop_recording():
+      head, extra = head_work(features, y, mask)
+    if differentiate_head:
+      tape.watch(head)
+    loss, accuracy = heads.head_loss_and_accuracy(
+        features, y, head["kernel"], head["bias"], mask)
+  body_grads, head_grads = tape.gradient(
+      loss, (body.trainable_variables, head if differentiate_head else []))
+  return collections.OrderedDict(
+      body_grads=body_grads, head_grads=head_grads if differentiate_head else None,
+      head=head, extra=extra, loss=loss, accuracy=accuracy, num_examples=num_examples,
+      timing=timing)
+
+
+def client_output(counter: instrumentation.BodyPassCounter, client_state, step,
+                  new_state: collections.OrderedDict) -> collections.OrderedDict:
+  """The client work's output from a `cached_features_step` and the new client state
+  (its `client_index` and `num_classes` carried over)."""
+  state = collections.OrderedDict(client_index=client_state["client_index"],
+                                  num_classes=client_state["num_classes"])
+  state.update(new_state)
+  metrics = collections.OrderedDict(
+      client_index=client_state["client_index"], loss=step["loss"],
+      accuracy=step["accuracy"], num_examples=step["num_examples"], **counter.counts(),
+      **step["timing"])
+  return collections.OrderedDict(update=step["body_grads"],
+                                 update_weight=step["num_examples"], client_state=state,
+                                 metrics=metrics)
+
+
 def make_client_update(body: tf.keras.Model, counter: instrumentation.BodyPassCounter, *,
                        max_classes: int, local_steps: int, client_lr: float,
                        server_lr: float, participation_prob: float,
@@ -150,35 +200,18 @@ def make_client_update(body: tf.keras.Model, counter: instrumentation.BodyPassCo
   head_scale = server_lr / participation_prob
 
   def update(weights, dataset, client_state):
-    assign_weights(body, weights)
-    timing = {}
-    batch = instrumentation.load_full_batch(dataset, timing)
-    x, y = batch["x"], batch["y"]
-    num_examples = tf.cast(tf.shape(y)[0], tf.float32)
-    mask = heads.class_mask(client_state["num_classes"], max_classes)
+    def head_work(features, y, mask):
+      return head_gradient_steps(features, y, client_state["head"], mask,
+                                 local_steps - 1, client_lr, head_optimizer), ()
 
-    with tf.GradientTape() as tape:
-      features = counter.counted_call(body, x)
-      # theta does not move while the head does, so the joint gradient's forward pass
-      # at theta_{t-1} is this one: the head-only steps run on it unrecorded.
-      with tape.stop_recording():
-        head = head_gradient_steps(features, y, client_state["head"], mask,
-                                   local_steps - 1, client_lr, head_optimizer)
-      tape.watch(head)
-      loss, accuracy = heads.head_loss_and_accuracy(
-          features, y, head["kernel"], head["bias"], mask)
-    body_grads, head_grads = tape.gradient(loss, (body.trainable_variables, head))
-
-    step = head_scale * (num_examples / total_examples if head_step == "exact" else 1.0)
-    new_head = tf.nest.map_structure(lambda w, g: w - step * g, head, head_grads)
-    new_state = collections.OrderedDict(
-        client_index=client_state["client_index"],
-        num_classes=client_state["num_classes"], head=new_head)
-    metrics = collections.OrderedDict(
-        client_index=client_state["client_index"], loss=loss, accuracy=accuracy,
-        num_examples=num_examples, **counter.counts(), **timing)
-    return collections.OrderedDict(update=body_grads, update_weight=num_examples,
-                                   client_state=new_state, metrics=metrics)
+    step = cached_features_step(body, counter, weights, dataset, client_state,
+                                max_classes, head_work)
+    scale = head_scale * (step["num_examples"] / total_examples if head_step == "exact"
+                          else 1.0)
+    new_head = tf.nest.map_structure(lambda w, g: w - scale * g, step["head"],
+                                     step["head_grads"])
+    return client_output(counter, client_state, step,
+                         collections.OrderedDict(head=new_head))
 
   return update
 
