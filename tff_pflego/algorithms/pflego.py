@@ -46,31 +46,13 @@ HEAD_STEPS = ("exact", "paper_code")
 HEAD_OPTIMIZERS = ("gd", "monotone_gd")
 
 
-def head_gradient_steps(features: tf.Tensor, labels: tf.Tensor, head, mask: tf.Tensor,
-                        num_steps: int, learning_rate: float, optimizer: str = "gd",
-                        valid: Optional[tf.Tensor] = None):
-  """`num_steps` full-batch steps on the head alone, on cached features (no body pass).
-
-  gd:          W <- W - lr grad_W l_i(W; Phi_i).
-  monotone_gd: the same step, accepted only if l_i does not increase; otherwise W stays
-               and lr is halved for the remaining steps. l_i never increases (the spec
-               allows any head optimizer that does not increase l_i); with lr < 2/L it
-               takes exactly gd's steps, at the same cost (one head loss and gradient
-               per step).
-
-  One client: features [N, M], labels [N], head {kernel [M, K], bias [K]}, mask [K].
-  A batch of C independent clients (evaluation's cohorts): a leading [C] on each, the
-  clients' examples padded to a common N, `valid` [C, N] marking the real ones; each
-  client takes its own steps (its own l_i, step acceptance and lr).
-  """
-  if optimizer not in HEAD_OPTIMIZERS:
-    raise ValueError(f"head optimizer must be one of {HEAD_OPTIMIZERS}, got {optimizer!r}")
+def transposed_head_loss(features: tf.Tensor, labels: tf.Tensor, mask: tf.Tensor,
+                         valid: Optional[tf.Tensor] = None) -> Callable:
+  """l_i of the transposed head on cached features, with its gradient in closed form:
+  (V = W^T [K, M], b) -> (loss, grad_V, grad_b); batched as `head_gradient_steps`."""
   batched = features.shape.rank == 3
   if batched != (valid is not None):
     raise ValueError("a batch of clients ([C, N, M] features) needs `valid`, and only it")
-  # Per-client scalars ([C] when batched) against [.., K, M] and [.., K] tensors.
-  per_matrix = (lambda t: t[:, tf.newaxis, tf.newaxis]) if batched else (lambda t: t)
-  per_vector = (lambda t: t[:, tf.newaxis]) if batched else (lambda t: t)
   rows, cols = (1, 2) if batched else (0, 1)  # the [K, N] axes of a transposed batch
   # The loop works on the transposed head V = W^T [K, M] and features Phi^T [M, N]:
   # Z^T = V Phi^T + b and grad_V = (P - Y)^T Phi / N, the softmax cross-entropy
@@ -98,6 +80,34 @@ def head_gradient_steps(features: tf.Tensor, labels: tf.Tensor, head, mask: tf.T
       loss = -tf.reduce_sum(onehot_t * log_probs_t) / n
       error_t = (tf.exp(log_probs_t) - onehot_t) / n
     return loss, tf.matmul(error_t, features), tf.reduce_sum(error_t, axis=cols)
+
+  return loss_and_grads
+
+
+def head_gradient_steps(features: tf.Tensor, labels: tf.Tensor, head, mask: tf.Tensor,
+                        num_steps: int, learning_rate: float, optimizer: str = "gd",
+                        valid: Optional[tf.Tensor] = None):
+  """`num_steps` full-batch steps on the head alone, on cached features (no body pass).
+
+  gd:          W <- W - lr grad_W l_i(W; Phi_i).
+  monotone_gd: the same step, accepted only if l_i does not increase; otherwise W stays
+               and lr is halved for the remaining steps. l_i never increases (the spec
+               allows any head optimizer that does not increase l_i); with lr < 2/L it
+               takes exactly gd's steps, at the same cost (one head loss and gradient
+               per step).
+
+  One client: features [N, M], labels [N], head {kernel [M, K], bias [K]}, mask [K].
+  A batch of C independent clients (evaluation's cohorts): a leading [C] on each, the
+  clients' examples padded to a common N, `valid` [C, N] marking the real ones; each
+  client takes its own steps (its own l_i, step acceptance and lr).
+  """
+  if optimizer not in HEAD_OPTIMIZERS:
+    raise ValueError(f"head optimizer must be one of {HEAD_OPTIMIZERS}, got {optimizer!r}")
+  batched = features.shape.rank == 3
+  # Per-client scalars ([C] when batched) against [.., K, M] and [.., K] tensors.
+  per_matrix = (lambda t: t[:, tf.newaxis, tf.newaxis]) if batched else (lambda t: t)
+  per_vector = (lambda t: t[:, tf.newaxis]) if batched else (lambda t: t)
+  loss_and_grads = transposed_head_loss(features, labels, mask, valid)
 
   def gd_step(i, kernel, bias):
     _, g_kernel, g_bias = loss_and_grads(kernel, bias)
