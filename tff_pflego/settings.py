@@ -115,14 +115,17 @@ def _settings() -> tuple[Setting, ...]:
               + _paper(_PAPER.local_steps), minimum=1),
       Setting("client_lr", float, None,
               "Client step size (beta): PFLEGO's head-only steps, the baselines' local "
-              f"steps.{_paper(_PAPER.client_lr)} Baselines: mostly "
+              "steps, ASCD-PFL's head iterations (divided by (1 - p_w) q)."
+              f"{_paper(_PAPER.client_lr)} Baselines: mostly "
               f"{_PAPER_BASELINE.client_lr}.", above=0),
       Setting("server_lr", float, None, "Server step size (rho)."
               + _paper(_PAPER.server_lr)
-              + f" Baselines: {_PAPER_BASELINE.server_lr} (model averaging).", above=0),
+              + f" Baselines: {_PAPER_BASELINE.server_lr} (model averaging). ASCD-PFL: "
+              "its body step (SGD, divided by p_w).", above=0),
       Setting("server_optimizer", str, None,
               "Server optimizer. Default: adam for PFLEGO and FedRecon, sgd (model "
-              "averaging) for the other baselines.", choices=server_optimizers.NAMES),
+              "averaging) for the other baselines; ASCD-PFL has its own (its momentum "
+              "coupling) and ignores it.", choices=server_optimizers.NAMES),
       Setting("head_step", str, "exact",
               "PFLEGO's final head step: exact (step rho/q * alpha_i, eq. 5) or "
               "paper_code (rho/q, eq. 3 and the reference code).",
