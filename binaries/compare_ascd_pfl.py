@@ -7,7 +7,8 @@ High personalization (I = 100, r = 20, seed 0): PFLEGO at the paper's settings, 
   python binaries/compare_ascd_pfl.py --output_dir=runs/ascd_pfl --docs_dir=docs/ascd_pfl
 
 1. tuning: every (p_w, server_lr, client_lr) of the grid flags for --tune_rounds rounds;
-   the lowest all-client train loss L(psi) at the end wins (momentum --ascd_momentum);
+   the lowest all-client train loss L(psi) at the end among all tuning runs found
+   (this grid's and earlier invocations') wins (momentum --ascd_momentum);
 2. PFLEGO (paper settings), ASCD-PFL at the winner and its momentum-free twin (SCD-PFL,
    c = 0) for --rounds rounds;
 3. <docs_dir>/ascd_vs_pflego.png: L(psi) and all-client test accuracy against rounds and
@@ -89,6 +90,20 @@ def _curve(directory: str) -> dict:
               body_passes=summary["body_passes_per_client_round"])
 
 
+def _tuning_runs() -> dict:
+  """Every finished tuning run under --output_dir/tune (this grid's and earlier ones')
+  at this --ascd_momentum, --ascd_z_step and --tune_rounds."""
+  root, runs = os.path.join(_OUTPUT_DIR.value, "tune"), {}
+  for name in sorted(os.listdir(root)):
+    if os.path.exists(os.path.join(root, name, "summary.json")):
+      curve = _curve(os.path.join(root, name))
+      s = curve["settings"]
+      if (s["ascd_momentum"], s["ascd_z_step"], curve["rounds"][-1]) == (
+          _MOMENTUM.value, _Z_STEP.value, _TUNE_ROUNDS.value):
+        runs["tune/" + name] = curve
+  return runs
+
+
 def _name(p_w: float, server_lr: float, client_lr: float, momentum: float) -> str:
   return f"pw{p_w:g}_slr{server_lr:g}_clr{client_lr:g}_c{momentum:g}"
 
@@ -102,12 +117,11 @@ def main(argv) -> None:
   del argv
   grid = list(itertools.product(*(map(float, f.value) for f in (_P_W, _SERVER_LR,
                                                                    _CLIENT_LR))))
-  tuning = {}
   for p_w, server_lr, client_lr in grid:
-    name = "tune/" + _name(p_w, server_lr, client_lr, _MOMENTUM.value)
-    tuning[name] = _curve(_run(name, "ascd_pfl", _TUNE_ROUNDS.value, ascd_p_w=p_w,
-                               server_lr=server_lr, client_lr=client_lr,
-                               ascd_momentum=_MOMENTUM.value, ascd_z_step=_Z_STEP.value))
+    _run("tune/" + _name(p_w, server_lr, client_lr, _MOMENTUM.value), "ascd_pfl",
+         _TUNE_ROUNDS.value, ascd_p_w=p_w, server_lr=server_lr, client_lr=client_lr,
+         ascd_momentum=_MOMENTUM.value, ascd_z_step=_Z_STEP.value)
+  tuning = _tuning_runs()
   finite = {k: v for k, v in tuning.items() if v["train_loss"][-1] == v["train_loss"][-1]}
   best = min(finite, key=lambda k: finite[k]["train_loss"][-1])
   chosen = tuning[best]["settings"]

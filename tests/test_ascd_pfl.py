@@ -155,3 +155,13 @@ def test_a_resumed_run_ends_as_an_uninterrupted_one(prepared, tmp_path):
   resumed = run(4, "cut")
   assert resumed["final"] == straight["final"]
   assert rows("cut") == rows("straight") and len(rows("straight")) == 5
+
+
+def test_the_ledger_counts_the_body_and_k_down_and_the_body_gradient_up():
+  from tff_pflego.algorithms import registry
+  from tff_pflego.training import ledger
+  algorithm = registry.build_algorithm("ascd_pfl", helpers.algorithm_config(
+      participation_prob=0.5, ascd_p_w=0.3))
+  body = 4 * (16 * 200 + 200)  # Dense(200) on a 4x4x1 input, float32
+  assert ledger.traffic_per_client(algorithm.broadcast_type, algorithm.update_type) == (
+      dict(bytes_down=body + 4, bytes_up=body + 4))  # + K (int32) / + N_i (float32)

@@ -272,6 +272,7 @@ def build(config: AlgorithmConfig,
       initial_client_state=functools.partial(
           initial_ascd_client_state, feature_dim=types.feature_dim,
           max_classes=types.max_classes, seed=config.seed),
-      broadcast_type=process.next.type_signature.parameter[0].member.model,
+      broadcast_type=tff.types.to_type(collections.OrderedDict(
+          model=types.weights, head_iterations=np.int32)),  # as `build_distributor`'s
       update_type=types.weights.trainable,
       takes_client_ids=client_data is not None)
