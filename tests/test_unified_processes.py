@@ -4,6 +4,7 @@ iterate for iterate, and their convergence against the central optimum."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -231,3 +232,23 @@ def test_partial_participation_is_refused_where_it_would_be_wrong(name, frozen):
   with pytest.raises(ValueError, match="needs every device in every round"):
     registry.build_optimizer(name, objective, data, OptimizerConfig(
         _params(objective, data), 0, frozen=frozen, devices_per_round=2))
+
+
+def test_a_run_removes_its_device_files(tmp_path, monkeypatch):
+  """The clients' example files live as long as the run (a grid of runs in one
+  process must not pile them up), also when the run fails."""
+  import tempfile
+  from tff_pflego.unified import experiment
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+  config = experiment.UnifiedConfig(num_examples=20, num_devices=4, rounds=2)
+  experiment.run(config)
+  assert not [p for p in os.listdir(tmp_path) if p.startswith("tff_pflego_devices_")]
+
+  def failing_run(*args, **kwargs):
+    assert [p for p in os.listdir(tmp_path) if p.startswith("tff_pflego_devices_")]
+    raise RuntimeError("lost worker")
+
+  monkeypatch.setattr(driver, "run", failing_run)
+  with pytest.raises(RuntimeError, match="lost worker"):
+    experiment.run(config)
+  assert not [p for p in os.listdir(tmp_path) if p.startswith("tff_pflego_devices_")]

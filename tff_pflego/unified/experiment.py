@@ -208,16 +208,18 @@ def run(config: UnifiedConfig) -> dict:
       devices_per_round=config.devices_per_round)
   algorithm = registry.build_optimizer(config.algorithm, problem.objective, problem.data,
                                        optimizer_config)
-  settings = dataclasses.asdict(config)
-  return driver.run(
-      algorithm, problem.data, config.rounds, problem.optimum.value,
-      output_dir=config.output_dir, eval_every=config.eval_every, extras=problem.extras,
-      progress=config.progress,
-      summary_extra=dict(
-          settings=settings, data=problem.provenance,
-          constants=dataclasses.asdict(problem.constants),
-          step_parameters=dataclasses.asdict(problem.params),
-          optimum=dict(value=problem.optimum.value,
-                       gradient_norm=problem.optimum.gradient_norm,
-                       certified_gap=problem.optimum.gap_bound,
-                       solver_iterations=problem.optimum.iterations)))
+  try:
+    return driver.run(
+        algorithm, problem.data, config.rounds, problem.optimum.value,
+        output_dir=config.output_dir, eval_every=config.eval_every,
+        extras=problem.extras, progress=config.progress,
+        summary_extra=dict(
+            settings=dataclasses.asdict(config), data=problem.provenance,
+            constants=dataclasses.asdict(problem.constants),
+            step_parameters=dataclasses.asdict(problem.params),
+            optimum=dict(value=problem.optimum.value,
+                         gradient_norm=problem.optimum.gradient_norm,
+                         certified_gap=problem.optimum.gap_bound,
+                         solver_iterations=problem.optimum.iterations)))
+  finally:
+    algorithm.release()  # its device files: a grid of runs must not pile them up

@@ -62,6 +62,12 @@ class UnifiedAlgorithm:
   # devices_per_round)`; the others' states stay as they are. None: every device.
   devices_per_round: Optional[int] = None
   seed: int = 0
+  device_files: Optional[DeviceFiles] = None  # the examples the clients read
+
+  def release(self) -> None:
+    """Deletes the device files: the process cannot run after this."""
+    if self.device_files is not None:
+      self.device_files.remove()
 
   def participants(self, round_num: int) -> list[int]:
     """The devices taking part in round `round_num` (0 is the first)."""
@@ -82,15 +88,19 @@ class UnifiedAlgorithm:
 
 class DeviceFiles:
   """Each device's examples as raw float64 / int32 files in a private temporary
-  directory (removed when Python exits), read by device index inside TensorFlow."""
+  directory, read by device index inside TensorFlow; `remove` deletes it (a run does
+  when it ends, `UnifiedAlgorithm.release`; at the latest it goes when Python exits)."""
 
   def __init__(self, data: DeviceData):
     self.directory = tempfile.mkdtemp(prefix="tff_pflego_devices_")
-    atexit.register(shutil.rmtree, self.directory, ignore_errors=True)
+    atexit.register(self.remove)
     self.shape = data.x.shape[1:]
     for m in range(data.num_devices):
       np.ascontiguousarray(data.x[m], np.float64).tofile(self._path(m, "x"))
       np.ascontiguousarray(data.y[m], np.int32).tofile(self._path(m, "y"))
+
+  def remove(self) -> None:
+    shutil.rmtree(self.directory, ignore_errors=True)
 
   def _path(self, device: int, part: str) -> str:
     return os.path.join(self.directory, f"{part}_{device}.bin")
@@ -201,4 +211,4 @@ def compose(name: str, objective: Objective, w_initial, beta_initial,
   return UnifiedAlgorithm(name, objective, tff.templates.IterativeProcess(initialize, next_fn),
                           initial_states, broadcast_type, update_type,
                           [np.int32(m) for m in range(objective.num_devices)],
-                          devices_per_round, seed)
+                          devices_per_round, seed, files)
