@@ -51,6 +51,10 @@ flags.DEFINE_list("algorithms", list(registry.OPTIMIZERS), "Optimizers to run.")
 flags.DEFINE_integer("rounds", 1000, "Communications per run.", lower_bound=1)
 flags.DEFINE_integer("eval_every", 5, "Communications between evaluations.", lower_bound=1)
 flags.DEFINE_integer("seed", 0, "The optimizers' seed.")
+flags.DEFINE_integer("repetitions", 1,
+                     "Run each cell at seeds --seed, --seed + 1, ... (the optimizers' "
+                     "draws; the data stay): figures draw the median and the min-max "
+                     "band, results.md adds a table over the seeds.", lower_bound=1)
 flags.DEFINE_list("p_w", [], "Ablation: also run at these w-step probabilities.")
 flags.DEFINE_list("mt_alpha", [],
                   "Ablation (spec 4.6): also run MT2 at these relaxations alpha.")
@@ -73,6 +77,7 @@ class Cell:
   mt_alpha: Optional[float] = None  # None: the paper's 1
   colour: bool = False  # CIFAR-10's 3072 colour features
   devices_per_round: Optional[int] = None  # None: every device (the paper's)
+  seed: int = 0  # the optimizers' draws (not part of the label: repetitions)
 
   @property
   def name(self) -> str:
@@ -97,7 +102,8 @@ class Cell:
     suffix = (f"_pw{self.p_w:g}" if self.p_w is not None else "") + (
         "" if self.reparametrize else "_plain") + (
         f"_alpha{self.mt_alpha:g}" if self.mt_alpha is not None else "") + (
-        f"_r{self.devices_per_round}" if self.devices_per_round is not None else "")
+        f"_r{self.devices_per_round}" if self.devices_per_round is not None else "") + (
+        f"_seed{self.seed}" if self.seed else "")
     return self.algorithm + suffix
 
   @property
@@ -107,7 +113,8 @@ class Cell:
     return f"{self.name}_{self.objective}_c{self.classes}"
 
   def sort_key(self) -> tuple:
-    return (self.name, self.problem, self.algorithm, self.mt_alpha or 0, self.variant)
+    return (self.name, self.problem, self.algorithm, self.mt_alpha or 0, self.variant,
+            self.seed)
 
   @property
   def title(self) -> str:
@@ -120,7 +127,7 @@ class Cell:
     options = (dict(heterogeneity=self.sigma) if self.sigma is not None else
                dict(objective=self.objective, classes_per_device=self.classes))
     return experiment.UnifiedConfig(
-        dataset=self.dataset, algorithm=self.algorithm, rounds=f.rounds, seed=f.seed,
+        dataset=self.dataset, algorithm=self.algorithm, rounds=f.rounds, seed=self.seed,
         eval_every=f.eval_every, output_dir=os.path.join(f.output_dir, self.problem,
                                                          self.run_name),
         p_w=self.p_w, reparametrize=self.reparametrize, mt_alpha=self.mt_alpha,
@@ -147,9 +154,11 @@ def _cells() -> list[Cell]:
           raise UserError(f"--algorithms: unknown optimizer {algorithm!r}")
         if not registry.supports(algorithm, objective):
           continue
+        for seed in range(f.seed, f.seed + f.repetitions):
+          cells.append(Cell(dataset, objective, sigma, classes, algorithm, colour=colour,
+                            seed=seed))
         cell = functools.partial(Cell, dataset, objective, sigma, classes, algorithm,
-                                 colour=colour)
-        cells.append(cell())
+                                 colour=colour, seed=f.seed)
         cells.extend(cell(p_w=float(p)) for p in f.p_w)
         if f.no_reparametrize:
           cells.append(cell(reparametrize=False))
@@ -212,13 +221,35 @@ def _collect() -> dict[Cell, tuple[dict, list[dict]]]:
                   None if synthetic_run else settings["classes_per_device"],
                   summary["algorithm"], settings.get("p_w"),
                   settings.get("reparametrize", True), settings.get("mt_alpha"),
-                  settings.get("colour", False), settings.get("devices_per_round"))
+                  settings.get("colour", False), settings.get("devices_per_round"),
+                  settings["seed"])
       results[cell] = (summary, _read_rows(run_dir))
   return results
 
 
 def _sorted(results: dict) -> list:
   return sorted(results.items(), key=lambda item: item[0].sort_key())
+
+
+def _by_seeds(results: dict) -> dict:
+  """(a seed's cell, problem) -> the metrics rows of each seed's run of that cell."""
+  groups = {}
+  for cell, (_, rows) in _sorted(results):
+    key = (dataclasses.replace(cell, seed=0), cell.problem)
+    groups.setdefault(key, []).append(rows)
+  return groups
+
+
+def _draw(ax, runs: list, value, label: str, style: dict) -> None:
+  """One run as a line; several seeds as their median and a min-max band."""
+  import numpy as np
+  length = min(len(rows) for rows in runs)
+  rounds = [r["round"] for r in runs[0][:length]]
+  values = np.array([[value(r) for r in rows[:length]] for rows in runs])
+  ax.plot(rounds, np.median(values, axis=0), label=label, **style)
+  if len(runs) > 1:
+    ax.fill_between(rounds, values.min(axis=0), values.max(axis=0),
+                    color=style["color"], alpha=0.15, lw=0)
 
 
 def _plot(results: dict, path: str) -> None:
@@ -233,18 +264,19 @@ def _plot(results: dict, path: str) -> None:
   colors = {label: f"C{i % 10}" for i, label in enumerate(labels)}
   for column, (objective, sigma, classes, title) in enumerate(problems):
     top, bottom = axes[0][column], axes[1][column]
-    for cell, (_, rows) in _sorted(results):
+    for (cell, _), runs in _by_seeds(results).items():
       if (cell.objective, cell.sigma or 0, cell.classes or 0) != (objective, sigma, classes):
         continue
-      rounds = [r["round"] for r in rows]
-      style = dict(label=cell.label, color=colors[cell.label], lw=1.2,
+      label = cell.label + (f" (median of {len(runs)} seeds)" if len(runs) > 1 else "")
+      style = dict(color=colors[cell.label], lw=1.2,
                    ls="--" if not cell.reparametrize else "-")
-      top.semilogy(rounds, [max(r["relative_suboptimality"], 1e-16) for r in rows],
-                   **style)
+      top.set_yscale("log")
+      _draw(top, runs, lambda r: max(r["relative_suboptimality"], 1e-16), label, style)
       if cell.sigma is not None:
-        bottom.semilogy(rounds, [r["estimation_error"] for r in rows], **style)
+        bottom.set_yscale("log")
+        _draw(bottom, runs, lambda r: r["estimation_error"], label, style)
       else:
-        bottom.plot(rounds, [100 * r["test_accuracy"] for r in rows], **style)
+        _draw(bottom, runs, lambda r: 100 * r["test_accuracy"], label, style)
     top.set_title(title, fontsize=10)
     bottom.set_xlabel("communications")
     for ax in (top, bottom):
@@ -295,6 +327,33 @@ def _alpha_table(results: dict, path: str) -> None:
     f.write("\n".join(lines) + "\n")
 
 
+def _repetitions_table(results: dict) -> list[str]:
+  """Cells run at several seeds: median [min, max] over the seeds."""
+  import numpy as np
+  groups = {}
+  for cell, (summary, _) in _sorted(results):
+    groups.setdefault((dataclasses.replace(cell, seed=0), cell.problem), []).append(
+        summary)
+  repeated = {k: v for k, v in groups.items() if len(v) > 1}
+  if not repeated:
+    return []
+  lines = ["", "Repetitions (`--repetitions`: the optimizers' seeds; the data stay): "
+           "median [min, max] over the seeds.", "",
+           "| problem | optimizer | seeds | comms to 1e-2 | final (F-F*)/F* |",
+           "|---|---|---|---|---|"]
+  for (cell, _), summaries in repeated.items():
+    finals = [s["final"]["relative_suboptimality"] for s in summaries]
+    reach = [s["communications_to_reach"]["0.01"] for s in summaries]
+    reached = [r for r in reach if r is not None]
+    reach_text = (f"{np.median(reached):.0f} [{min(reached)}, {max(reached)}]"
+                  + (f", {len(reach) - len(reached)} never" if len(reached) < len(reach)
+                     else "") if reached else "-")
+    lines.append(f"| {cell.name} {cell.title} | {cell.label} | {len(summaries)} | "
+                 f"{reach_text} | {np.median(finals):.2e} [{min(finals):.2e}, "
+                 f"{max(finals):.2e}] |")
+  return lines
+
+
 def _table(results: dict, path: str) -> None:
   lines = ["# Unified framework: measured results", "",
            "Made by `binaries/reproduce_unified.py` (one run per row, seed 0, 1000 "
@@ -305,6 +364,8 @@ def _table(results: dict, path: str) -> None:
            "| final estimation error / test accuracy | s / 1000 comms |",
            "|---|---|---|---|---|---|---|---|"]
   for cell, (summary, _) in _sorted(results):
+    if cell.seed:
+      continue  # repetitions: the table below
     reach = summary["communications_to_reach"]
     cells = [str(reach[p]) if reach[p] is not None else "-"
              for p in ("0.01", "0.0001", "1e-06")]
@@ -314,6 +375,7 @@ def _table(results: dict, path: str) -> None:
              else f"{100 * final['test_accuracy']:.2f} %")
     lines.append(f"| {cell.name} {cell.title} | {cell.label} | {' | '.join(cells)} "
                  f"| {final['relative_suboptimality']:.2e} | {score} | {seconds:.0f} |")
+  lines += _repetitions_table(results)
   with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")
 

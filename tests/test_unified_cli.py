@@ -111,13 +111,14 @@ def test_reproduce_unified_is_resumable_and_tabulates_its_runs(tmp_path):
   script = os.path.join(REPO, "binaries", "reproduce_unified.py")
   args = [sys.executable, script, "--datasets=synthetic_mx2", "--heterogeneity=0.3",
           "--algorithms=ascd_pfl,l2sgd_plus", "--rounds=4", "--eval_every=2",
-          "--devices_per_round=10",
+          "--devices_per_round=10", "--repetitions=2",
           f"--output_dir={tmp_path / 'runs'}", f"--docs_dir={tmp_path / 'docs'}"]
   first = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=600)
   assert first.returncode == 0, first.stderr[-3000:]
   problem = tmp_path / "runs" / "synthetic_mx2_sigma0.3"
   # Partial participation only where it is allowed (not L2SGD+).
-  assert sorted(os.listdir(problem)) == ["ascd_pfl", "ascd_pfl_r10", "l2sgd_plus"]
+  assert sorted(os.listdir(problem)) == ["ascd_pfl", "ascd_pfl_r10", "ascd_pfl_seed1",
+                                         "l2sgd_plus", "l2sgd_plus_seed1"]
   summaries = {name: problem / name / "summary.json"
                for name in ("ascd_pfl", "l2sgd_plus", "ascd_pfl_r10")}
   stamps = {name: os.stat(path).st_mtime_ns for name, path in summaries.items()}
@@ -129,6 +130,15 @@ def test_reproduce_unified_is_resumable_and_tabulates_its_runs(tmp_path):
     assert f"| {labels[name]} | " in table and f"{value:.2e}" in table
   assert json.loads(summaries["ascd_pfl_r10"].read_text())["settings"][
       "devices_per_round"] == 10
+  # Repetitions: seed 1 is another run, and the table gives the median over the seeds.
+  seeds = [json.loads((problem / name / "summary.json").read_text())
+           for name in ("l2sgd_plus", "l2sgd_plus_seed1")]
+  assert [s["settings"]["seed"] for s in seeds] == [0, 1]
+  finals = sorted(s["final"]["relative_suboptimality"] for s in seeds)
+  assert finals[0] != finals[1]
+  median = (finals[0] + finals[1]) / 2
+  assert (f"| l2sgd_plus | 2 | - | {median:.2e} [{finals[0]:.2e}, {finals[1]:.2e}] |"
+          in table)
   second = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=600)
   assert second.returncode == 0, second.stderr[-3000:]
   assert "communications" not in second.stdout.split("wrote")[0]
