@@ -184,8 +184,9 @@ def main(argv: list[str]) -> None:
     for cell in cells:
       config = cell.config()
       if not os.path.exists(os.path.join(config.output_dir, "summary.json")):
-        print(f"{cell.problem} {cell.algorithm}: {config.rounds} communications")
-        experiment.run(config)
+        print(f"{cell.problem} {cell.label}: {config.rounds} communications")
+        # A run cut short (no summary.json) has no checkpoint: it starts again.
+        experiment.run(dataclasses.replace(config, overwrite=True))
   results = _collect()
   docs = flags.FLAGS.docs_dir
   os.makedirs(docs, exist_ok=True)

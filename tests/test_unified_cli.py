@@ -139,8 +139,13 @@ def test_reproduce_unified_is_resumable_and_tabulates_its_runs(tmp_path):
   median = (finals[0] + finals[1]) / 2
   assert (f"| l2sgd_plus | 2 | - | {median:.2e} [{finals[0]:.2e}, {finals[1]:.2e}] |"
           in table)
+  # A run cut short (metrics.csv, no summary.json) is run again; the others are read.
+  cut = problem / "l2sgd_plus_seed1"
+  (cut / "summary.json").unlink()
   second = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=600)
   assert second.returncode == 0, second.stderr[-3000:]
-  assert "communications" not in second.stdout.split("wrote")[0]
+  assert second.stdout.split("wrote")[0].count("communications") == 1
+  assert "l2sgd_plus: 4 communications" in second.stdout
+  assert (cut / "summary.json").exists()
   assert {n: os.stat(p).st_mtime_ns for n, p in summaries.items()} == stamps
   assert (tmp_path / "docs" / "synthetic_mx2.png").stat().st_size > 10_000
