@@ -40,6 +40,7 @@ With c = 0 it is plain stochastic block coordinate descent (SCD-PFL).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 from typing import Optional
 
@@ -106,8 +107,7 @@ def head_coordinate_steps(features: tf.Tensor, labels: tf.Tensor, mask: tf.Tenso
   loss_and_grads = pflego.transposed_head_loss(features, labels, mask)
 
   def iteration(i, y_kernel, y_bias, z_kernel, z_bias):
-    x_kernel = momentum * z_kernel + (1.0 - momentum) * y_kernel
-    x_bias = momentum * z_bias + (1.0 - momentum) * y_bias
+    x_kernel, x_bias = couple((y_kernel, y_bias), (z_kernel, z_bias), momentum)
     _, g_kernel, g_bias = loss_and_grads(x_kernel, x_bias)
     return (i + 1, x_kernel - step * g_kernel, x_bias - step * g_bias,
             z_kernel - z_step * step * g_kernel, z_bias - z_step * step * g_bias)
@@ -149,11 +149,15 @@ def make_client_update(body: tf.keras.Model, counter: instrumentation.BodyPassCo
   return update
 
 
-def _client_state_type(types: ModelTypes) -> tff.types.Type:
+def ascd_model_types(body_fn: BodyFn, image_shape: tuple, max_classes: int) -> ModelTypes:
+  """`model_types.model_types` with the client state's `head_z` (z_W) beside `head`."""
+  types = model_types(body_fn, image_shape, max_classes)
   members = collections.OrderedDict(
       (name, member) for name, member in tff.structure.iter_elements(types.client_state))
   members[HEAD_Z] = members["head"]
-  return tff.types.StructWithPythonType(list(members.items()), collections.OrderedDict)
+  state_type = tff.types.StructWithPythonType(list(members.items()),
+                                              collections.OrderedDict)
+  return dataclasses.replace(types, client_state=state_type)
 
 
 def build_distributor(weights_type, seed: int, p_w: float):
@@ -208,8 +212,8 @@ def build_ascd_pfl_process(
     raise ValueError(f"z_step must be > 0, got {z_step}")
   if not 0 < participation_prob <= 1:
     raise ValueError(f"participation_prob must be in (0, 1], got {participation_prob}")
-  types = model_types(body_fn, image_shape, max_classes)
-  state_type = _client_state_type(types)
+  types = ascd_model_types(body_fn, image_shape, max_classes)
+  state_type = types.client_state
   distributor = build_distributor(types.weights, seed, p_w)
   broadcast_type = distributor.next.type_signature.result.result.member
 
@@ -256,7 +260,7 @@ def build(config: AlgorithmConfig,
           client_data: Optional[ClientDataComputations] = None) -> PersonalizedAlgorithm:
   """ASCD-PFL from its configuration (`api.Builder`)."""
   body_fn = config.body_fn()
-  types = model_types(body_fn, config.image_shape, config.max_classes)
+  types = ascd_model_types(body_fn, config.image_shape, config.max_classes)
   process = build_ascd_pfl_process(
       body_fn, image_shape=config.image_shape, max_classes=config.max_classes,
       total_examples=config.total_examples,
@@ -264,8 +268,6 @@ def build(config: AlgorithmConfig,
       server_lr=config.server_lr, p_w=config.ascd_p_w, momentum=config.ascd_momentum,
       z_step=config.ascd_z_step, seed=config.seed,
       client_data=client_data and client_data.train)
-  types = ModelTypes(types.weights, types.dataset, _client_state_type(types),
-                     types.feature_dim, types.max_classes)
   return PersonalizedAlgorithm(
       name="ascd_pfl", process=process, body_fn=body_fn, types=types,
       body_weights=body_weights,
