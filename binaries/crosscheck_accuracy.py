@@ -34,6 +34,8 @@ from absl import flags
 import numpy as np
 import tqdm
 
+from tff_pflego.training import ceiling
+
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/crosscheck", "Where results go.")
 _TFF_RUN = flags.DEFINE_string("tff_run", None, "A train.py run to compare with.")
@@ -138,17 +140,6 @@ def independent_pflego(seed: int, c, p) -> dict:
               head_optimizer=_HEAD_OPTIMIZER.value)
 
 
-def _pooled(data, part: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """All clients' examples of `part`: images, local labels, client ids."""
-  xs, ys = zip(*[data.client_arrays(i, part) for i in range(data.num_clients)])
-  ids = np.concatenate([np.full(len(y), i) for i, y in enumerate(ys)])
-  return np.concatenate(xs), np.concatenate(ys), ids
-
-
-def _client_mean_accuracy(correct: np.ndarray, ids: np.ndarray, num_clients: int) -> float:
-  return float(np.mean([correct[ids == i].mean() for i in range(num_clients)]))
-
-
 def central_upper_bound(seed: int, data) -> dict:
   """The MLP trained centrally (10-way); each client scored on its own classes."""
   import tensorflow as tf
@@ -156,7 +147,7 @@ def central_upper_bound(seed: int, data) -> dict:
 
   tf.keras.utils.set_random_seed(seed)
   classes = data.partition.class_sets
-  x, y, ids = _pooled(data, "train")
+  x, y, ids = ceiling.pooled(data, "train")
   global_y = np.concatenate([classes[i][y[ids == i]] for i in range(data.num_clients)])
   model = tf.keras.Sequential([
       build_body(data.spec.body, data.spec.image_shape, seed),
@@ -165,61 +156,14 @@ def central_upper_bound(seed: int, data) -> dict:
                 tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
   model.fit(x, global_y, batch_size=128, epochs=_CENTRAL_EPOCHS.value, verbose=0,
             shuffle=True)
-  x, y, ids = _pooled(data, "test")
+  x, y, ids = ceiling.pooled(data, "test")
   logits = model.predict(x, verbose=0, batch_size=1000)
   correct = np.zeros(len(y), bool)
   for i in range(data.num_clients):  # each client's own K_i classes
     rows = ids == i
     correct[rows] = np.argmax(logits[rows][:, classes[i]], -1) == y[rows]
   return dict(seed=seed, epochs=_CENTRAL_EPOCHS.value,
-              test_accuracy_mean=_client_mean_accuracy(correct, ids, data.num_clients))
-
-
-def central_personalized_bound(seed: int, data) -> dict:
-  """PFLEGO's own objective L(psi) minimized centrally; its best epoch on the test data.
-
-  The same model as PFLEGO's (shared body, one K_i-class head per client, zero-initialized
-  heads), every client's examples in shuffled minibatches of 128, Adam(1e-3) on body and
-  heads together. The epoch is chosen by the test accuracy itself, so the figure is an
-  optimistic bound on what minimizing L(psi) generalizes to on this partition.
-  """
-  import tensorflow as tf
-  from tff_pflego.models import build_body
-
-  tf.keras.utils.set_random_seed(seed)
-  body = build_body(data.spec.body, data.spec.image_shape, seed)
-  num_clients, k = data.num_clients, int(data.num_classes.max())
-  heads = tf.Variable(tf.zeros([num_clients, body.output_shape[-1], k]))
-  biases = tf.Variable(tf.zeros([num_clients, k]))
-  sizes = tf.constant(data.num_classes, tf.int32)
-  variables = body.trainable_variables + [heads, biases]
-  adam = tf.keras.optimizers.Adam(1e-3)
-
-  def logits(x, ids):
-    raw = tf.einsum("nm,nmk->nk", body(x), tf.gather(heads, ids)) + tf.gather(biases, ids)
-    return tf.where(tf.range(k)[None] < tf.gather(sizes, ids)[:, None], raw, -1e9)
-
-  @tf.function
-  def step(x, y, ids):
-    with tf.GradientTape() as tape:
-      loss = tf.reduce_mean(
-          tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits(x, ids)))
-    adam.apply_gradients(zip(tape.gradient(loss, variables), variables))
-
-  predict = tf.function(lambda x, ids: tf.argmax(logits(x, ids), -1, output_type=tf.int32))
-  (x, y, ids), test = _pooled(data, "train"), _pooled(data, "test")
-  rng, curve = np.random.default_rng(seed), []
-  for _ in tqdm.trange(_CENTRAL_EPOCHS.value, desc=f"central L(psi), seed {seed}",
-                       unit="epoch", dynamic_ncols=True):
-    order = rng.permutation(len(y))
-    for start in range(0, len(order), 128):
-      batch = order[start:start + 128]
-      step(x[batch], y[batch], ids[batch])
-    correct = np.concatenate([predict(test[0][s:s + 2000], test[2][s:s + 2000]).numpy()
-                              for s in range(0, len(test[1]), 2000)]) == test[1]
-    curve.append(_client_mean_accuracy(correct, test[2], num_clients))
-  return dict(seed=seed, epochs=_CENTRAL_EPOCHS.value, curve=curve,
-              best_test_accuracy_mean=max(curve), best_epoch=int(np.argmax(curve)) + 1)
+              test_accuracy_mean=ceiling.client_mean_accuracy(correct, ids, data.num_clients))
 
 
 def tff_curve(run_dir: str) -> tuple[list, float]:
@@ -275,7 +219,8 @@ def main(argv) -> None:
     c, p = _prepared(seed)  # the data once per seed, for all three
     results["independent"].append(independent_pflego(seed, c, p))
     results["central"].append(central_upper_bound(seed, p.data))
-    results["central_personalized"].append(central_personalized_bound(seed, p.data))
+    results["central_personalized"].append(
+        ceiling.central_objective_ceiling(p.data, seed, _CENTRAL_EPOCHS.value))
   with open(os.path.join(_OUTPUT_DIR.value, "crosscheck.json"), "w") as f:
     json.dump(results, f, indent=1)
   plot(os.path.join(_OUTPUT_DIR.value, "crosscheck.png"), results)

@@ -4,16 +4,24 @@ r"""Runs a grid of experiments (datasets x degrees x algorithms x seeds) and tab
       --algorithms=pflego,fedavg,fedper --seeds=0 --output_dir=runs/reproduce
 
 Each cell is `train.py` with the paper's settings (the same `run_experiment`), in
-`<output_dir>/<dataset>/<degree>/<algorithm>/seed<k>/`. The grid is resumable: a cell
-with a summary.json is skipped, and a cell cut short resumes from its checkpoint.
-Writes, after every cell:
-  results.csv   one row per cell: the mean and std of the last 10 evaluations
+`<output_dir>/<dataset>/<degree>/<algorithm>/seed<k>/` (`seed<k>_T<rounds>` when
+`--rounds` shortens the paper's T: such a cell is marked "shortened" in every table and
+never averaged with a full one). The grid is resumable: a cell with a summary.json is
+skipped, and a cell cut short resumes from its checkpoint. Writes, after every cell:
+  results.csv   one row per cell: the mean and std of the last 10 evaluations; rows of
+                cells outside this invocation (other datasets, degrees, ...) are kept
   results.md    per dataset, one table per evaluation protocol (all clients; sampled
-                clients right after their update): mean +- std over the last 10
-                evaluations (and across seeds) beside the paper's value, and a line
-                for every cell more than 1.5 points from the paper's
+                clients right after their update; all clients after a head refit):
+                mean +- std over the last 10 evaluations, or over seeds (sample std)
+                when a cell has several, beside the paper's value; PFLEGO's central
+                ceiling per cell; PFLEGO's lead over the best full-length baseline per
+                degree against the partition-seed std; a line for every cell more than
+                1.5 points from the paper's
   <dataset>_curves.png  train loss and test accuracy per round, one panel per degree,
-                one line per algorithm
+                one line per algorithm (the mean over seeds, a min-max band)
+With `--ceilings` (default), every PFLEGO cell also gets ceiling.json: L(psi) minimized
+centrally on the cell's own partition (`tff_pflego/training/ceiling.py`).
+`--docs_dir` copies results.md, results.csv and the figures there.
 """
 
 from __future__ import annotations
@@ -22,11 +30,12 @@ from __future__ import annotations
 from tff_pflego import cli  # pylint: disable=g-bad-import-order
 
 import os
-import csv
 import json
 
 from absl import flags
 import numpy as np
+
+from tff_pflego.errors import UserError
 
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/reproduce", "Where the grid goes.")
@@ -43,6 +52,12 @@ _DATA_DIR = flags.DEFINE_string("data_dir", None, "Prepared data (default: data/
 _PROGRESS = flags.DEFINE_bool("progress", True, "A progress bar per run.")
 _TABLES_ONLY = flags.DEFINE_bool("tables_only", False,
                                  "Run nothing: tabulate the finished cells only.")
+_CEILINGS = flags.DEFINE_bool("ceilings", True,
+                              "Compute each PFLEGO cell's central L(psi) ceiling.")
+_CEILING_EPOCHS = flags.DEFINE_integer("ceiling_epochs", 20,
+                                       "Epochs of the central ceiling's training.")
+_DOCS_DIR = flags.DEFINE_string("docs_dir", None,
+                                "Also copy results.md/csv and the figures here.")
 
 WINDOW = 10
 METRIC = "test_accuracy_mean"
@@ -76,12 +91,25 @@ FIELDS = ["dataset", "degree", "algorithm", "seed", "rounds", "accuracy_mean",
           "refit_std", "train_loss_mean",
           "time_per_round_s",
           "client_time_per_round_s", "train_s_to_95_all", "train_s_to_95_sampled",
-          "body_forward", "body_backward", "paper_accuracy",
-          "run_dir"]
+          "body_forward", "body_backward", "paper_accuracy", "paper_rounds",
+          "ceiling_mean", "run_dir"]
+# Tables list algorithms in this order (others after them, by name).
+ALGORITHM_ORDER = ("pflego", "fedavg", "fedper", "fedprox", "fedrep", "fedbabu", "ditto",
+                   "fedrecon", "local_only", "ascd_pfl")
+DATASET_ORDER = ("mnist", "fashion_mnist", "emnist_letters", "cifar10", "omniglot")
+DEGREES = ("high", "medium", "none")
+
+
+def paper_rounds(dataset: str, degree: str) -> int:
+  from tff_pflego.config import paper_defaults
+  return paper_defaults(dataset, "pflego", degree).rounds
 
 
 def cell_dir(dataset: str, degree: str, algorithm: str, seed: int) -> str:
-  return os.path.join(_OUTPUT_DIR.value, dataset, degree, algorithm, f"seed{seed}")
+  name = f"seed{seed}"
+  if _ROUNDS.value is not None and _ROUNDS.value != paper_rounds(dataset, degree):
+    name += f"_T{_ROUNDS.value}"
+  return os.path.join(_OUTPUT_DIR.value, dataset, degree, algorithm, name)
 
 
 def run_cell(dataset: str, degree: str, algorithm: str, seed: int) -> None:
@@ -95,6 +123,32 @@ def run_cell(dataset: str, degree: str, algorithm: str, seed: int) -> None:
   if _DATA_DIR.value:
     config.data_dir = _DATA_DIR.value
   run_experiment(config)
+
+
+def ensure_ceiling(dataset: str, degree: str, seed: int) -> None:
+  """The cell's ceiling.json, computed on the cell's own partition if missing or stale."""
+  from tff_pflego.training import ceiling
+  from tff_pflego import experiment
+  directory = cell_dir(dataset, degree, "pflego", seed)
+  if ceiling.read_ceiling(directory) is not None:
+    return
+  with open(os.path.join(directory, "config.json")) as f:
+    settings = json.load(f)
+  config = experiment.ExperimentConfig(
+      dataset=dataset, personalization=degree, seed=seed,
+      num_clients=settings.get("num_clients"),
+      partition=settings.get("partition", "classes"),
+      class_assignment=settings.get("class_assignment", "balanced"),
+      dirichlet_alpha=settings.get("dirichlet_alpha", 0.5),
+      partition_file=settings.get("partition_file"),
+      data_dir=_DATA_DIR.value or settings["data_dir"],
+      raw_data_dir=settings.get("raw_data_dir"),
+      output_dir=os.path.join(directory, "unused"))
+  prepared = experiment.prepare(experiment.resolve(config))
+  result = ceiling.write_ceiling(directory, prepared.data, seed, _CEILING_EPOCHS.value,
+                                 progress=_PROGRESS.value)
+  print(f"  central L(psi) ceiling: {100 * result['best_test_accuracy_mean']:.2f} "
+        f"(epoch {result['best_epoch']} of {result['epochs']})", flush=True)
 
 
 def _rows(path: str) -> list[dict]:
@@ -113,6 +167,8 @@ def cell_result(dataset: str, degree: str, algorithm: str, seed: int) -> dict:
   rounds = _rows(os.path.join(directory, "rounds.csv"))
   sampled = np.array([r[SAMPLED_METRIC] for r in rounds[-WINDOW:]])
   passes = summary.get("body_passes_per_client_round", {})
+  from tff_pflego.training.ceiling import read_ceiling
+  own_ceiling = read_ceiling(directory) if algorithm == "pflego" else None
   return dict(dataset=dataset, degree=degree, algorithm=algorithm, seed=seed,
               rounds=summary["rounds"], accuracy_mean=float(last.mean()),
               accuracy_std=float(last.std()),
@@ -125,30 +181,71 @@ def cell_result(dataset: str, degree: str, algorithm: str, seed: int) -> dict:
               **time_to_accuracy(rounds, evals, TARGET),
               body_forward=passes.get("forward"), body_backward=passes.get("backward"),
               paper_accuracy=PAPER_ACCURACY.get((dataset, algorithm, degree)),
+              paper_rounds=paper_rounds(dataset, degree),
+              ceiling_mean=own_ceiling and own_ceiling["best_test_accuracy_mean"],
               run_dir=directory)
 
 
-def _table(results: list[dict], dataset: str, key: str) -> list[str]:
-  """One markdown table: algorithms x degrees, `key` mean +- std [paper]."""
-  lines = ["| algorithm | " + " | ".join(_DEGREES.value) + " |",
-           "|---" * (len(_DEGREES.value) + 1) + "|"]
-  for algorithm in _ALGORITHMS.value:
-    cells = []
-    for degree in _DEGREES.value:
-      mine = [r for r in results if (r["dataset"], r["degree"], r["algorithm"]) ==
-              (dataset, degree, algorithm) and r[f"{key}_mean"] == r[f"{key}_mean"]]
-      if not mine:
-        cells.append("—")
-        continue
-      means = np.array([r[f"{key}_mean"] for r in mine])
-      std = np.std(means) if len(mine) > 1 else mine[0][f"{key}_std"]
-      paper = mine[0]["paper_accuracy"]
-      cell = f"{100 * means.mean():.2f} ± {100 * std:.2f}"
-      if paper is not None:
-        cell += f" [{100 * paper:.2f}]"
-      cells.append(cell + (f" (n={len(mine)})" if len(mine) > 1 else ""))
+def _ordered(names, order) -> list[str]:
+  return sorted(set(names), key=lambda n: (order.index(n) if n in order else len(order), n))
+
+
+def _cell_text(summary, paper) -> str:
+  if summary is None:
+    return "—"
+  cell = f"{100 * summary.mean:.2f} ± {100 * summary.std:.2f}"
+  if paper is not None:
+    cell += f" [{100 * paper:.2f}]"
+  if summary.n > 1:
+    cell += f" (n={summary.n})"
+  if summary.shortened:
+    cell += f" (shortened: T={summary.rounds})"
+  return cell
+
+
+def _table(results: list[dict], dataset: str, metric: str) -> list[str]:
+  """One markdown table: algorithms x degrees, `metric` mean +- std [paper]; [] if no
+  cell has a value."""
+  from tff_pflego.config import PAPER_ACCURACY
+  from tff_pflego.training import grid
+  lines = ["| algorithm | " + " | ".join(DEGREES) + " |", "|---" * (len(DEGREES) + 1) + "|"]
+  mine = [r for r in results if r["dataset"] == dataset]
+  for algorithm in _ordered([r["algorithm"] for r in mine], ALGORITHM_ORDER):
+    cells = [_cell_text(grid.summarize(mine, dataset, degree, algorithm, metric),
+                        PAPER_ACCURACY.get((dataset, algorithm, degree)))
+             for degree in DEGREES]
     lines.append(f"| {algorithm} | " + " | ".join(cells) + " |")
+  if all(line.endswith("| — | — | — |") for line in lines[2:]):
+    return []  # no cell of this dataset has the metric
+  if metric == "accuracy":
+    ceilings = [grid.summarize(mine, dataset, degree, "pflego", "ceiling")
+                for degree in DEGREES]
+    if any(ceilings):
+      lines.append("| *PFLEGO's central ceiling* | " + " | ".join(
+          "—" if c is None else f"{100 * c.mean:.2f}" + (f" ± {100 * c.std:.2f} (n={c.n})"
+                                                         if c.n > 1 else "")
+          for c in ceilings) + " |")
   return lines + [""]
+
+
+def _leads(results: list[dict], dataset: str) -> list[str]:
+  """Per degree and protocol: PFLEGO's lead over the best full-length baseline."""
+  from tff_pflego.training import grid
+  mine = [r for r in results if r["dataset"] == dataset]
+  baselines = [a for a in _ordered([r["algorithm"] for r in mine], ALGORITHM_ORDER)
+               if a != "pflego"]
+  lines = ["| degree | protocol | best full-length baseline | PFLEGO lead (points) | "
+           "verdict |", "|---|---|---|---|---|"]
+  for degree in DEGREES:
+    for protocol, metric in (("all clients", "accuracy"), ("sampled", "sampled_pooled"),
+                             ("after a refit", "refit")):
+      found = grid.lead(mine, dataset, degree, metric, baselines)
+      if found.best_baseline is None and found.lead is None:
+        continue
+      lead = "—" if found.lead is None else f"{100 * found.lead:+.2f}"
+      lines.append(f"| {degree} | {protocol} | {found.best_baseline} | {lead} | "
+                   f"{found.verdict} |")
+  return lines + [""] if len(lines) > 2 else []
 
 
 def _notes(results: list[dict]) -> list[str]:
@@ -157,13 +254,20 @@ def _notes(results: list[dict]) -> list[str]:
   for r in results:
     if r["paper_accuracy"] is None:
       continue
+    shortened = r["rounds"] < r["paper_rounds"]
     for protocol, key in (("all", "accuracy_mean"), ("sampled", "sampled_pooled_mean")):
       gap = r[key] - r["paper_accuracy"]
-      if abs(gap) > MARGIN:
+      if abs(gap) <= MARGIN:
+        continue
+      if shortened:
+        why = (f"a shortened run ({r['rounds']} of the paper's {r['paper_rounds']} "
+               "rounds), not the paper's setting")
+      else:
         why = NOTES.get((r["algorithm"], protocol), "no explanation known yet")
-        lines.append(f"- {r['dataset']}/{r['degree']}/{r['algorithm']} ({protocol} "
-                     f"clients): {100 * r[key]:.2f} vs the paper's "
-                     f"{100 * r['paper_accuracy']:.2f} ({100 * gap:+.2f} points): {why}")
+      cell = f"{r['dataset']}/{r['degree']}/{r['algorithm']} ({protocol} clients"
+      cell += f", seed {r['seed']}" + (f", shortened: T={r['rounds']})" if shortened else ")")
+      lines.append(f"- {cell}: {100 * r[key]:.2f} vs the paper's "
+                   f"{100 * r['paper_accuracy']:.2f} ({100 * gap:+.2f} points): {why}")
   return lines
 
 
@@ -184,14 +288,14 @@ def time_to_accuracy(rounds: list[dict], evals: list[dict], target: float) -> di
 
 
 def write_tables(results: list[dict]) -> None:
-  with open(os.path.join(_OUTPUT_DIR.value, "results.csv"), "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=FIELDS)
-    writer.writeheader()
-    writer.writerows(results)
+  from tff_pflego.training import grid
+  grid.write_results(os.path.join(_OUTPUT_DIR.value, "results.csv"), results, FIELDS)
   lines = ["# Reproduction results", "",
-           f"Test accuracy (%), mean ± std over the last {WINDOW} rounds (across seeds "
-           "when there are several); the paper's value (spec section 6) in brackets; "
-           "— = not run yet. Two protocols (spec section 5):", "",
+           f"Test accuracy (%), mean ± std over the last {WINDOW} rounds, or the mean "
+           "and sample std across seeds (n = seeds; the seed draws the partition, the "
+           "initialization and the client sampling); the paper's value (spec section 6) "
+           "in brackets; — = not run yet; \"shortened\": fewer rounds than the "
+           "paper's T, never compared as if full. Three protocols (spec section 5):", "",
            "- **all clients**: every client, the current body and its own head (the "
            "paper's text), evaluated every `eval_every` rounds and each of the last 10;",
            "- **sampled clients**: each round's clients right after their local update, "
@@ -200,25 +304,34 @@ def write_tables(results: list[dict]) -> None:
            "- **after a head refit**: every client, the current body and its head "
            "refitted first with tau - 1 head-only steps (what a deployed client would "
            "see; `--refit_eval`; cells run before it existed show —).", ""]
-  for dataset in _DATASETS.value:
+  lines += ["PFLEGO's central ceiling: its objective L(ψ) minimized centrally on the "
+            "cell's own partition (Adam, minibatches of 128, best epoch by test accuracy: "
+            "optimistic; `tff_pflego/training/ceiling.py`).", ""]
+  for dataset in _ordered([r["dataset"] for r in results], DATASET_ORDER):
     note = [f"*{DATASET_NOTES[dataset]}*", ""] if dataset in DATASET_NOTES else []
-    lines += [f"## {dataset}: all clients", ""] + note + _table(results, dataset,
-                                                                 "accuracy")
-    lines += [f"## {dataset}: sampled clients", ""] + note + _table(results, dataset,
-                                                                   "sampled_pooled")
-    lines += [f"## {dataset}: all clients after a head refit", ""] + note + _table(
-        results, dataset, "refit")
+    for title, metric in (("all clients", "accuracy"), ("sampled clients", "sampled_pooled"),
+                          ("all clients after a head refit", "refit")):
+      table = _table(results, dataset, metric)
+      if table:
+        lines += [f"## {dataset}: {title}", ""] + note + table
+    leads = _leads(results, dataset)
+    if leads:
+      lines += [f"## {dataset}: PFLEGO against the best full-length baseline", "",
+                "The lead is PFLEGO's mean minus the best baseline's; it is compared "
+                "with the larger partition-seed std of the two where either has "
+                "several seeds.", ""] + leads
   lines += ["## Cost per round and training time to 95% (seconds; `—`: never)", "",
             "| cell | s/round | client s/round | body fwd+bwd per client | to 95% all "
             "| to 95% sampled |", "|---|---|---|---|---|---|"]
   def fmt(value, spec=".0f"):
     return "—" if value is None or value != value else format(value, spec)
   for r in results:
-    lines.append(f"| {r['dataset']}/{r['degree']}/{r['algorithm']} | "
-                 f"{fmt(r['time_per_round_s'], '.2f')} | "
-                 f"{fmt(r['client_time_per_round_s'], '.2f')} | "
-                 f"{fmt(r['body_forward'])}+{fmt(r['body_backward'])} | "
-                 f"{fmt(r['train_s_to_95_all'])} | {fmt(r['train_s_to_95_sampled'])} |")
+    lines.append(f"| {r['dataset']}/{r['degree']}/{r['algorithm']}/seed{r['seed']}"
+                 f"{'' if r['rounds'] >= r['paper_rounds'] else ' (T=%d)' % r['rounds']} | "
+                 f"{fmt(r.get('time_per_round_s'), '.2f')} | "
+                 f"{fmt(r.get('client_time_per_round_s'), '.2f')} | "
+                 f"{fmt(r.get('body_forward'))}+{fmt(r.get('body_backward'))} | "
+                 f"{fmt(r.get('train_s_to_95_all'))} | {fmt(r.get('train_s_to_95_sampled'))} |")
   lines.append("")
   notes = _notes(results)
   if notes:
@@ -245,49 +358,91 @@ DEGREE_TITLES = {"high": "High-Pers (K = 2)", "medium": "Medium-Pers (K = C/2)",
                  "none": "No-Pers (K = C)"}
 
 
+def _seed_dirs(dataset: str, degree: str, algorithm: str) -> list[str]:
+  """The finished runs of a group at its longest T (the cells the tables summarize)."""
+  root = os.path.join(_OUTPUT_DIR.value, dataset, degree, algorithm)
+  if not os.path.isdir(root):
+    return []
+  done = [os.path.join(root, name) for name in sorted(os.listdir(root))
+          if os.path.exists(os.path.join(root, name, "summary.json"))]
+  def rounds(directory):
+    with open(os.path.join(directory, "summary.json")) as f:
+      return json.load(f)["rounds"]
+  longest = max((rounds(d) for d in done), default=None)
+  return [d for d in done if rounds(d) == longest]
+
+
 def plot(dataset: str) -> None:
   """Train loss (top) and all-client test accuracy (bottom) per round, a column per
-  degree, a line per algorithm, one legend for the figure."""
+  degree, a line per algorithm (several seeds: their mean, and a min-max band), one
+  legend for the figure; shortened runs end where they stopped."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  degrees = _DEGREES.value
-  fig, axes = plt.subplots(2, len(degrees), figsize=(5 * len(degrees), 8),
+  fig, axes = plt.subplots(2, len(DEGREES), figsize=(5 * len(DEGREES), 8),
                            layout="constrained", squeeze=False)
   handles = {}
-  for column, degree in enumerate(degrees):
-    for algorithm in _ALGORITHMS.value:
-      directory = cell_dir(dataset, degree, algorithm, int(_SEEDS.value[0]))
-      path = os.path.join(directory, "metrics.csv")
-      if not os.path.exists(os.path.join(directory, "summary.json")):
-        continue  # not run, or not finished
-      rows = _rows(path)
-      rounds = [r["round"] for r in rows]
+  root = os.path.join(_OUTPUT_DIR.value, dataset)
+  present = [a for g in DEGREES if os.path.isdir(os.path.join(root, g))
+             for a in os.listdir(os.path.join(root, g))]
+  for column, degree in enumerate(DEGREES):
+    for algorithm in _ordered(present, ALGORITHM_ORDER):
+      runs = [_rows(os.path.join(d, "metrics.csv"))
+              for d in _seed_dirs(dataset, degree, algorithm)]
+      if not runs:
+        continue
+      length = min(len(r) for r in runs)
+      rounds = [r["round"] for r in runs[0][:length]]
       color, dashes = LINE_STYLES.get(algorithm, ("black", ":"))
       style = dict(lw=2.6 if algorithm == "pflego" else 1.4, color=color, ls=dashes,
                    zorder=3 if algorithm == "pflego" else 2)
-      axes[0][column].plot(rounds, [r["train_loss"] for r in rows], **style)
-      handles[algorithm], = axes[1][column].plot(
-          rounds, [100 * r[METRIC] for r in rows], **style)
+      for row, (key, scale) in enumerate((("train_loss", 1), (METRIC, 100))):
+        values = scale * np.array([[r[key] for r in run[:length]] for run in runs])
+        line, = axes[row][column].plot(rounds, values.mean(0), **style)
+        if len(runs) > 1:
+          axes[row][column].fill_between(rounds, values.min(0), values.max(0),
+                                         color=color, alpha=0.18, lw=0)
+      label = algorithm + (f" ({len(runs)} seeds)" if len(runs) > 1 else "")
+      handles.setdefault(label, line)
     axes[0][column].set(title=DEGREE_TITLES.get(degree, degree), yscale="log",
                         ylabel="train loss L(ψ) (log)")
     axes[1][column].set(xlabel="round", ylabel="test accuracy, all clients (%)")
     for ax in (axes[0][column], axes[1][column]):
       ax.grid(alpha=0.3)
   fig.legend(handles.values(), handles.keys(), loc="outside lower center",
-             ncol=len(handles), frameon=False)
-  fig.suptitle(f"{dataset}: train loss and test accuracy per round (seed "
-               f"{_SEEDS.value[0]})")
+             ncol=min(len(handles), 5), frameon=False)
+  fig.suptitle(f"{dataset}: train loss and all-client test accuracy per round (several "
+               "seeds: mean line, min-max band)")
   fig.savefig(os.path.join(_OUTPUT_DIR.value, f"{dataset}_curves.png"), dpi=110)
   plt.close(fig)
 
 
+def copy_to_docs(datasets) -> None:
+  import shutil
+  os.makedirs(_DOCS_DIR.value, exist_ok=True)
+  names = ["results.md", "results.csv"] + [f"{d}_curves.png" for d in datasets]
+  for name in names:
+    source = os.path.join(_OUTPUT_DIR.value, name)
+    if os.path.exists(source):
+      shutil.copyfile(source, os.path.join(_DOCS_DIR.value, name))
+
+
 def main(argv) -> None:
+  from tff_pflego.training import grid
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
+  for degree in _DEGREES.value:
+    if degree not in DEGREES:
+      raise UserError(f"--degrees: unknown degree {degree!r}; choose from "
+                          f"{', '.join(DEGREES)}")
+  previous = grid.read_results(os.path.join(_OUTPUT_DIR.value, "results.csv"))
+  for row in previous:  # rows written before some columns existed
+    for field in FIELDS:
+      row.setdefault(field, None)
+    row["paper_rounds"] = row["paper_rounds"] or paper_rounds(row["dataset"], row["degree"])
   cells = [(d, g, a, int(s)) for d in _DATASETS.value for g in _DEGREES.value
            for a in _ALGORITHMS.value for s in _SEEDS.value]
-  results = []
+  fresh = []
   for number, cell in enumerate(cells, 1):
     done = os.path.exists(os.path.join(cell_dir(*cell), "summary.json"))
     print(f"[{number}/{len(cells)}] {'/'.join(map(str, cell))}: "
@@ -297,9 +452,16 @@ def main(argv) -> None:
       if _TABLES_ONLY.value:
         continue
       run_cell(*cell)
-    results.append(cell_result(*cell))
-    write_tables(results)
-    plot(cell[0])
+    dataset, degree, algorithm, seed = cell
+    if algorithm == "pflego" and _CEILINGS.value and not _TABLES_ONLY.value:
+      ensure_ceiling(dataset, degree, seed)
+    fresh.append(cell_result(*cell))
+    write_tables(grid.merge(previous, fresh))
+    plot(dataset)
+  if not fresh:
+    write_tables(previous)
+  if _DOCS_DIR.value:
+    copy_to_docs(_DATASETS.value)
   print(open(os.path.join(_OUTPUT_DIR.value, "results.md")).read())
 
 

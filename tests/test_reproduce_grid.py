@@ -1,0 +1,75 @@
+"""binaries/reproduce.py on a tiny grid: cells, seeds, ceilings, and tables that keep
+what earlier invocations wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from tests.helpers import ENV, REPO
+from tff_pflego.config import PAPER_ACCURACY
+from tff_pflego.training import grid
+from tff_pflego.training.release import read_rows
+
+REPRODUCE = [sys.executable, os.path.join(REPO, "binaries", "reproduce.py")]
+
+
+def _last_evaluations(run_dir: str, key: str) -> np.ndarray:
+  rows = [r for r in read_rows(os.path.join(run_dir, "metrics.csv")) if r["round"] > 0]
+  return np.array([r[key] for r in rows[-10:]])
+
+
+def test_a_grid_tabulates_seeds_ceilings_and_keeps_earlier_rows(prepared, tmp_path):
+  out = str(tmp_path / "grid")
+  os.makedirs(out)
+  earlier = dict(dataset="mnist", degree="high", algorithm="fedper", seed=0, rounds=200,
+                 paper_rounds=200, accuracy_mean=0.5, accuracy_std=0.01,
+                 run_dir="gone/with/the/machine")
+  grid.write_results(os.path.join(out, "results.csv"), [earlier], list(earlier))
+  args = ["--datasets=fashion_mnist", "--degrees=high", "--algorithms=pflego,fedavg",
+          "--seeds=0,1", "--num_clients=5", "--rounds=3", "--eval_every=1",
+          "--ceiling_epochs=2", f"--data_dir={prepared}", f"--output_dir={out}",
+          "--noprogress"]
+  first = subprocess.run(REPRODUCE + args, env=ENV, capture_output=True, text=True,
+                         timeout=900)
+  assert first.returncode == 0, first.stderr[-3000:]
+
+  rows = {(r["algorithm"], r["seed"]): r
+          for r in grid.read_results(os.path.join(out, "results.csv"))
+          if r["dataset"] == "fashion_mnist"}
+  assert sorted(rows) == [("fedavg", 0), ("fedavg", 1), ("pflego", 0), ("pflego", 1)]
+  per_seed = []
+  for seed in (0, 1):
+    run_dir = os.path.join(out, "fashion_mnist", "high", "pflego", f"seed{seed}_T3")
+    row = rows[("pflego", seed)]
+    assert row["run_dir"] == run_dir and row["rounds"] == 3
+    assert row["accuracy_mean"] == _last_evaluations(run_dir, "test_accuracy_mean").mean()
+    with open(os.path.join(run_dir, "ceiling.json")) as f:
+      ceiling = json.load(f)
+    with open(os.path.join(run_dir, "partition.json")) as f:
+      assert ceiling["partition_fingerprint"] == json.load(f)["partition_fingerprint"]
+    assert len(ceiling["curve"]) == 2 and row["ceiling_mean"] == max(ceiling["curve"])
+    assert rows[("fedavg", seed)]["ceiling_mean"] is None
+    per_seed.append(row["accuracy_mean"])
+
+  with open(os.path.join(out, "results.md")) as f:
+    table = f.read()
+  mean, std = np.mean(per_seed), np.std(per_seed, ddof=1)
+  paper = 100 * PAPER_ACCURACY[("fashion_mnist", "pflego", "high")]
+  assert (f"| pflego | {100 * mean:.2f} ± {100 * std:.2f} [{paper:.2f}] (n=2) "
+          "(shortened: T=3) | — | — |" in table)
+  assert "- fashion_mnist/high/pflego (all clients, seed 0, shortened: T=3)" in table
+  assert "## mnist: all clients" in table  # the earlier invocation's row survives
+  assert "| fedper | 50.00 ± 1.00 | — | — |" in table
+  assert os.path.exists(os.path.join(out, "fashion_mnist_curves.png"))
+
+  again = subprocess.run(REPRODUCE + args, env=ENV, capture_output=True, text=True,
+                         timeout=900)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert again.stdout.count("done, skipped") == 4
+  with open(os.path.join(out, "results.md")) as f:
+    assert f.read() == table

@@ -1,0 +1,116 @@
+"""A personalized cell's central ceiling: PFLEGO's objective L(psi) minimized centrally.
+
+The same model as PFLEGO's (the dataset's body, one K_i-class head per client,
+zero-initialized heads) is trained on every client's training examples at once, in
+shuffled minibatches of 128, with Adam(1e-3) on body and heads together:
+
+  min_psi L(psi) = sum_i alpha_i L_i(theta, W_i),  alpha_i = n_i / n,
+
+whose minibatch estimate over pooled examples is unbiased. After each epoch every
+client is scored with its own head; the ceiling is the best epoch's mean test accuracy
+over clients. The epoch is chosen by the test accuracy itself, so the figure is an
+optimistic bound on what minimizing L(psi) generalizes to on this partition, whatever
+the federated optimizer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+import numpy as np
+
+from tff_pflego import files
+from tff_pflego.errors import UserError
+
+CEILING_FILE = "ceiling.json"
+BATCH_SIZE = 128
+LEARNING_RATE = 1e-3
+
+
+def pooled(data, part: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """All clients' examples of `part`: images, local labels, client ids."""
+  xs, ys = zip(*[data.client_arrays(i, part) for i in range(data.num_clients)])
+  ids = np.concatenate([np.full(len(y), i) for i, y in enumerate(ys)])
+  return np.concatenate(xs), np.concatenate(ys), ids
+
+
+def client_mean_accuracy(correct: np.ndarray, ids: np.ndarray, num_clients: int) -> float:
+  return float(np.mean([correct[ids == i].mean() for i in range(num_clients)]))
+
+
+def central_objective_ceiling(data, seed: int, epochs: int, progress: bool = True) -> dict:
+  """L(psi) trained centrally on `data`'s partition: the accuracy of each epoch."""
+  import tensorflow as tf
+  import tqdm
+  from tff_pflego.models import build_body
+
+  tf.keras.utils.set_random_seed(seed)
+  body = build_body(data.spec.body, data.spec.image_shape, seed)
+  num_clients, k = data.num_clients, int(data.num_classes.max())
+  heads = tf.Variable(tf.zeros([num_clients, body.output_shape[-1], k]))
+  biases = tf.Variable(tf.zeros([num_clients, k]))
+  sizes = tf.constant(data.num_classes, tf.int32)
+  variables = body.trainable_variables + [heads, biases]
+  adam = tf.keras.optimizers.Adam(LEARNING_RATE)
+
+  def logits(x, ids):
+    raw = tf.einsum("nm,nmk->nk", body(x), tf.gather(heads, ids)) + tf.gather(biases, ids)
+    return tf.where(tf.range(k)[None] < tf.gather(sizes, ids)[:, None], raw, -1e9)
+
+  @tf.function
+  def step(x, y, ids):
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_mean(
+          tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits(x, ids)))
+    adam.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+  predict = tf.function(lambda x, ids: tf.argmax(logits(x, ids), -1, output_type=tf.int32))
+  (x, y, ids), test = pooled(data, "train"), pooled(data, "test")
+  rng, curve = np.random.default_rng(seed), []
+  for _ in tqdm.trange(epochs, desc=f"central L(psi), seed {seed}", unit="epoch",
+                       dynamic_ncols=True, disable=not progress):
+    order = rng.permutation(len(y))
+    for start in range(0, len(order), BATCH_SIZE):
+      batch = order[start:start + BATCH_SIZE]
+      step(x[batch], y[batch], ids[batch])
+    correct = np.concatenate([predict(test[0][s:s + 2000], test[2][s:s + 2000]).numpy()
+                              for s in range(0, len(test[1]), 2000)]) == test[1]
+    curve.append(client_mean_accuracy(correct, test[2], num_clients))
+  return dict(seed=seed, epochs=epochs, batch_size=BATCH_SIZE, learning_rate=LEARNING_RATE,
+              curve=curve, best_test_accuracy_mean=max(curve),
+              best_epoch=int(np.argmax(curve)) + 1)
+
+
+def _fingerprint(manifest_path: str) -> str:
+  with open(manifest_path) as f:
+    return json.load(f)["partition_fingerprint"]
+
+
+def read_ceiling(run_dir: str) -> Optional[dict]:
+  """The run's ceiling if one was computed on the run's own partition, else None."""
+  path = os.path.join(run_dir, CEILING_FILE)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    ceiling = json.load(f)
+  run_partition = os.path.join(run_dir, "partition.json")
+  if ceiling.get("partition_fingerprint") != _fingerprint(run_partition):
+    return None  # computed on another partition: stale
+  return ceiling
+
+
+def write_ceiling(run_dir: str, data, seed: int, epochs: int,
+                  progress: bool = True) -> dict:
+  """Computes the ceiling of the run in `run_dir` on `data`, which must hold the run's
+  partition (its partition.json fingerprint), and writes it as ceiling.json."""
+  wanted = _fingerprint(os.path.join(run_dir, "partition.json"))
+  if data.provenance["partition_fingerprint"] != wanted:
+    raise UserError(f"{run_dir}: the prepared data hold partition "
+                    f"{data.provenance['partition_fingerprint'][:12]}, the run "
+                    f"{wanted[:12]}; no ceiling computed on another partition")
+  ceiling = central_objective_ceiling(data, seed, epochs, progress)
+  ceiling["partition_fingerprint"] = wanted
+  files.write_json(os.path.join(run_dir, CEILING_FILE), ceiling)
+  return ceiling
