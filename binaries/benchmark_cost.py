@@ -10,7 +10,13 @@ and round it records the compute time measured inside the client computation
 counts reading the data from the simulation's files, a cost both pay alike) and the
 body passes counted at run time. The cost model allows
 FedAvg / PFLEGO = tau / 2 = 25 (2 forward + 1 backward pass against tau of each);
-the goal is >= 12. Writes benchmark_cost.json and benchmark_cost.png.
+the goal is >= 12. Writes benchmark_cost.json and benchmark_cost.png, and with Conv4
+round times table3.md: the paper's Table 3 (seconds per Omniglot round) beside ours.
+Table 3 alone, every algorithm (about 50 min on 2 cores, FedAvg's round ~100 s):
+
+  python binaries/benchmark_cost.py --output_dir=runs/table3 --mlp_rounds=0 \
+      --mlp_round_rounds=0 --conv4_rounds=0 --conv4_round_rounds=2 \
+      --algorithms=pflego,fedavg,fedper,fedprox,fedrep,fedbabu,ditto,fedrecon
 """
 
 from __future__ import annotations
@@ -104,11 +110,18 @@ def plot(path: str, results: dict) -> None:
   fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4),
                            constrained_layout=True, squeeze=False)
   for ax, (body, result) in zip(axes[0], results.items()):
-    names = list(result["algorithms"])
-    times = [result["algorithms"][n]["client_compute_s"] for n in names]
+    if result["algorithms"]:  # one client at a time: each client's own compute
+      names = list(result["algorithms"])
+      times = [result["algorithms"][n]["client_compute_s"] for n in names]
+      ratios = [result["algorithms"][n]["client_compute_vs_reference"] for n in names]
+      ylabel = "client compute per round (s), data in memory"
+    else:  # only rounds with the clients in parallel were timed
+      names = list(result["round_time"])
+      times = [result["round_time"][n]["median_s"] for n in names]
+      ratios = [result["round_time"][n]["vs_reference"] for n in names]
+      ylabel = "median round wall time (s), clients in parallel"
     bars = ax.bar(names, times, color=["tab:green"] + ["tab:gray"] * (len(names) - 1))
-    for bar, name in zip(bars, names):
-      ratio = result["algorithms"][name]["client_compute_vs_reference"]
+    for bar, ratio in zip(bars, ratios):
       ax.annotate(f"{ratio:.1f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                   ha="center", va="bottom")
     title = f"{body} body ({result['dataset']}), tau = 50"
@@ -117,11 +130,37 @@ def plot(path: str, results: dict) -> None:
                 f"{result['round_time']['fedavg']['vs_reference']:.1f}x, "
                 f"goal {result['round_time_goal']:g}")
     ax.set_title(title, fontsize=10)
-    ax.set(ylabel="client compute per round (s), data in memory")
+    ax.set(ylabel=ylabel)
+    ax.tick_params(axis="x", labelrotation=30)
     ax.grid(axis="y", alpha=0.3)
-  fig.suptitle("Client cost per round, the same clients (lower is better)")
+  fig.suptitle("Cost per round, the same clients (lower is better)")
   fig.savefig(path, dpi=120)
   plt.close(fig)
+
+
+def write_table_3(path: str, result: dict) -> None:
+  """The paper's Table 3 (seconds per Omniglot round) beside ours, each as a ratio to
+  its own PFLEGO round."""
+  from tff_pflego.config import PAPER_OMNIGLOT_SECONDS_PER_ROUND as PAPER
+  ours = result["round_time"]
+  reference = _ALGORITHMS.value[0]
+  lines = [f"# Seconds per round on Omniglot (the paper's Table 3 beside ours)", "",
+           f"Ours: median of {result['round_time_rounds']} rounds after a first "
+           "(tracing) round, every algorithm on the same sampled clients, interleaved, "
+           f"clients in parallel on 2 CPU cores (`binaries/benchmark_cost.py`). The "
+           "paper's: its own hardware (a GPU). Ratios: to the same column's "
+           f"{reference}.", "",
+           f"| algorithm | ours (s) | ours / {reference} | paper (s) | paper / "
+           f"{reference} |", "|---|---|---|---|---|"]
+  for name, r in ours.items():
+    paper = PAPER.get(name)
+    paper_ratio = (paper / PAPER[reference] if paper is not None and reference in PAPER
+                   else None)
+    lines.append(f"| {name} | {r['median_s']:.2f} | {r['vs_reference']:.1f}x | "
+                 f"{'—' if paper is None else f'{paper:.2f}'} | "
+                 f"{'—' if paper_ratio is None else f'{paper_ratio:.1f}x'} |")
+  with open(path, "w") as f:
+    f.write("\n".join(lines) + "\n")
 
 
 def main(argv) -> None:
@@ -140,8 +179,9 @@ def main(argv) -> None:
       log_path=os.path.join(_OUTPUT_DIR.value, "tff_worker_rounds.log")):
     for (body, dataset), rounds in zip(BODIES, (_MLP_ROUND_ROUNDS.value,
                                                 _CONV4_ROUND_ROUNDS.value)):
-      if rounds > 0 and body in results:
+      if rounds > 0:
         timed = measure(dataset, rounds + 1, skip_first=True)
+        results.setdefault(body, dict(dataset=dataset, algorithms={}))
         results[body]["round_time"] = {
             name: dict(median_s=r["round_time_median_s"],
                        vs_reference=r["round_time_median_vs_reference"])
@@ -150,9 +190,12 @@ def main(argv) -> None:
         results[body]["round_time_goal"] = ROUND_GOALS[body]
   with open(os.path.join(_OUTPUT_DIR.value, "benchmark_cost.json"), "w") as f:
     json.dump(results, f, indent=1)
+  if "round_time" in results.get("conv4", {}):
+    write_table_3(os.path.join(_OUTPUT_DIR.value, "table3.md"), results["conv4"])
   plot(os.path.join(_OUTPUT_DIR.value, "benchmark_cost.png"), results)
-  print(f"\n{'body':6s} {'algorithm':9s} {'compute s':>10s} {'ratio':>7s} "
-        f"{'+ data read s':>14s} {'ratio':>7s} {'fwd':>5s} {'bwd':>5s}")
+  if any(result["algorithms"] for result in results.values()):
+    print(f"\n{'body':6s} {'algorithm':9s} {'compute s':>10s} {'ratio':>7s} "
+          f"{'+ data read s':>14s} {'ratio':>7s} {'fwd':>5s} {'bwd':>5s}")
   for body, result in results.items():
     for name, r in result["algorithms"].items():
       print(f"{body:6s} {name:9s} {r['client_compute_s']:10.3f} "

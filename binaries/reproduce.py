@@ -60,6 +60,7 @@ _DOCS_DIR = flags.DEFINE_string("docs_dir", None,
                                 "Also copy results.md/csv and the figures here.")
 
 WINDOW = 10
+WORKER_RETRIES = 2
 METRIC = "test_accuracy_mean"
 SAMPLED_METRIC = "test_accuracy_sampled_pooled"
 REFIT_METRIC = "test_accuracy_refit_mean"
@@ -113,16 +114,28 @@ def cell_dir(dataset: str, degree: str, algorithm: str, seed: int) -> str:
 
 
 def run_cell(dataset: str, degree: str, algorithm: str, seed: int) -> None:
+  """Runs (or resumes) the cell; a run whose TFF worker dies (a crash outside the
+  run's control, e.g. a segfault) resumes from its last checkpoint, up to
+  WORKER_RETRIES times: a resumed run equals an uninterrupted one (tests/test_resume)."""
+  from tff_pflego.errors import WorkerLostError
   from tff_pflego.experiment import ExperimentConfig, has_checkpoint, run_experiment
   directory = cell_dir(dataset, degree, algorithm, seed)
-  config = ExperimentConfig(
-      dataset=dataset, algorithm=algorithm, personalization=degree, seed=seed,
-      rounds=_ROUNDS.value, num_clients=_NUM_CLIENTS.value, eval_every=_EVAL_EVERY.value,
-      output_dir=directory, progress=_PROGRESS.value,
-      overwrite=not has_checkpoint(directory))  # resume a cut cell, else start afresh
-  if _DATA_DIR.value:
-    config.data_dir = _DATA_DIR.value
-  run_experiment(config)
+  for attempt in range(WORKER_RETRIES + 1):
+    config = ExperimentConfig(
+        dataset=dataset, algorithm=algorithm, personalization=degree, seed=seed,
+        rounds=_ROUNDS.value, num_clients=_NUM_CLIENTS.value,
+        eval_every=_EVAL_EVERY.value, output_dir=directory, progress=_PROGRESS.value,
+        overwrite=not has_checkpoint(directory))  # resume a cut cell, else start afresh
+    if _DATA_DIR.value:
+      config.data_dir = _DATA_DIR.value
+    try:
+      run_experiment(config)
+      return
+    except WorkerLostError as e:
+      if attempt == WORKER_RETRIES:
+        raise
+      print(f"  {e}; resuming the cell from its checkpoint "
+            f"(retry {attempt + 1} of {WORKER_RETRIES})", flush=True)
 
 
 def ensure_ceiling(dataset: str, degree: str, seed: int) -> None:
@@ -428,6 +441,17 @@ def copy_to_docs(datasets) -> None:
       shutil.copyfile(source, os.path.join(_DOCS_DIR.value, name))
 
 
+def previous_results() -> list[dict]:
+  """The rows results.csv holds now, with the columns added since they were written."""
+  from tff_pflego.training import grid
+  rows = grid.read_results(os.path.join(_OUTPUT_DIR.value, "results.csv"))
+  for row in rows:
+    for field in FIELDS:
+      row.setdefault(field, None)
+    row["paper_rounds"] = row["paper_rounds"] or paper_rounds(row["dataset"], row["degree"])
+  return rows
+
+
 def main(argv) -> None:
   from tff_pflego.training import grid
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
@@ -435,11 +459,6 @@ def main(argv) -> None:
     if degree not in DEGREES:
       raise UserError(f"--degrees: unknown degree {degree!r}; choose from "
                           f"{', '.join(DEGREES)}")
-  previous = grid.read_results(os.path.join(_OUTPUT_DIR.value, "results.csv"))
-  for row in previous:  # rows written before some columns existed
-    for field in FIELDS:
-      row.setdefault(field, None)
-    row["paper_rounds"] = row["paper_rounds"] or paper_rounds(row["dataset"], row["degree"])
   cells = [(d, g, a, int(s)) for d in _DATASETS.value for g in _DEGREES.value
            for a in _ALGORITHMS.value for s in _SEEDS.value]
   fresh = []
@@ -456,10 +475,10 @@ def main(argv) -> None:
     if algorithm == "pflego" and _CEILINGS.value and not _TABLES_ONLY.value:
       ensure_ceiling(dataset, degree, seed)
     fresh.append(cell_result(*cell))
-    write_tables(grid.merge(previous, fresh))
-    plot(dataset)
+    write_tables(grid.merge(previous_results(), fresh))  # re-read: another grid may
+    plot(dataset)                                          # share the directory
   if not fresh:
-    write_tables(previous)
+    write_tables(previous_results())
   if _DOCS_DIR.value:
     copy_to_docs(_DATASETS.value)
   print(open(os.path.join(_OUTPUT_DIR.value, "results.md")).read())

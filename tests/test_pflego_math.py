@@ -175,6 +175,36 @@ def test_server_optimizer_on_identical_gradients_is_keras_adam():
     np.testing.assert_allclose(ours[0], new.numpy(), atol=1e-5)  # ~1e-6 per step
 
 
+@pytest.mark.parametrize("name", ["adam", "sgd"])
+def test_cosine_server_rate_matches_its_closed_form_step_by_step(name):
+  """Five server steps at rho_t = rho (f + (1 - f)(1 + cos(pi (t - 1)/(T - 1)))/2),
+  T = 4 (the fifth holds f rho), against the update written out in float64."""
+  rng = np.random.default_rng(7)
+  w = rng.normal(size=(3, 4)).astype(np.float32)
+  rounds, fraction = 4, 0.25
+  optimizer = server_optimizers.build_server_optimizer(name, RHO, "cosine", fraction,
+                                                       rounds)
+  opt_state = optimizer.initialize([tf.TensorSpec((3, 4), tf.float32)])
+  ours, ref, m, v = [tf.constant(w)], w.astype(np.float64), 0.0, 0.0
+  for t in range(1, 6):
+    rate = RHO * (fraction + (1 - fraction) * (1 + np.cos(np.pi * min(t - 1, 3) / 3)) / 2)
+    g = rng.normal(size=(3, 4)).astype(np.float32)
+    opt_state, ours = optimizer.next(opt_state, ours, [tf.constant(g)])
+    if name == "sgd":
+      ref = ref - rate * g
+    else:
+      m = 0.9 * m + 0.1 * g
+      v = 0.999 * v + 0.001 * g.astype(np.float64) ** 2
+      ref = ref - rate * np.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t) * m / (np.sqrt(v) + 1e-7)
+    np.testing.assert_allclose(ours[0], ref, rtol=1e-6, atol=1e-6)
+  assert rate == pytest.approx(fraction * RHO)
+
+
+def test_a_constant_server_rate_is_the_unscheduled_optimizer():
+  constant = server_optimizers.build_server_optimizer("adam", RHO, "constant", 0.1, 200)
+  assert type(constant) is type(server_optimizers.build_server_optimizer("adam", RHO))
+
+
 @pytest.mark.parametrize("local_steps", [1, 3, 20])
 def test_body_passes_are_counted_one_forward_one_backward(local_steps):
   # The joint gradient's forward pass is at the same theta as the head steps' features.

@@ -61,6 +61,12 @@ PAPER_ACCURACY = {("fashion_mnist", algorithm, degree): value / 100
                   for degree, value in zip(PERSONALIZATIONS, values)}
 
 
+# The paper's Table 3: seconds per round on Omniglot (spec section 6; its hardware).
+PAPER_OMNIGLOT_SECONDS_PER_ROUND = {"fedrep": 10.57, "fedbabu": 16.81, "fedprox": 18.63,
+                                    "ditto": 26.11, "fedper": 14.44, "fedavg": 16.55,
+                                    "pflego": 7.02}
+
+
 def paper_defaults(dataset: str, algorithm: str, personalization: str) -> Hyperparameters:
   """The paper's values; an algorithm it does not name gets the baselines' values."""
   if dataset not in _PFLEGO_RATES:

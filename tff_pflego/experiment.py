@@ -54,6 +54,8 @@ class ExperimentConfig:
   client_lr: Optional[float] = _setting("client_lr")
   server_lr: Optional[float] = _setting("server_lr")
   server_optimizer: Optional[str] = _setting("server_optimizer")
+  server_lr_schedule: str = _setting("server_lr_schedule")
+  server_lr_final_fraction: float = _setting("server_lr_final_fraction")
   head_step: str = _setting("head_step")
   head_optimizer: str = _setting("head_optimizer")
   seed: int = _setting("seed")
@@ -114,6 +116,9 @@ def resolve(config: ExperimentConfig) -> ExperimentConfig:
       raise UserError(f"--workers: {e}") from None
   _check(len(set(c.workers)) == len(c.workers), "--workers lists a worker twice")
   _check(not (c.resume and c.overwrite), "give --resume or --overwrite, not both")
+  _check(c.server_lr_schedule == "constant" or c.algorithm != "ascd_pfl",
+         "--server_lr_schedule: ascd_pfl steps its body with its own coupled SGD; "
+         "only constant applies")
   try:
     scheme.check(spec)
   except UserError as e:
@@ -225,9 +230,17 @@ class Prepared:
   fingerprint: dict
 
 
+_SCHEDULE_FIELDS = ("server_lr_schedule", "server_lr_final_fraction", "schedule_rounds")
+
+
 def training_settings(config: AlgorithmConfig) -> dict:
-  """The settings training depends on (local evaluation only adds metrics)."""
-  return {k: v for k, v in dataclasses.asdict(config).items() if k != "sampled_eval"}
+  """The settings training depends on (local evaluation only adds metrics). A constant
+  server rate leaves the schedule's fields out, so that checkpoints written before the
+  schedule existed keep their fingerprint and resume."""
+  settings = {k: v for k, v in dataclasses.asdict(config).items() if k != "sampled_eval"}
+  if config.server_lr_schedule == "constant":
+    settings = {k: v for k, v in settings.items() if k not in _SCHEDULE_FIELDS}
+  return settings
 
 
 def training_algorithm(name: str, config: AlgorithmConfig, client_data=None):
@@ -271,7 +284,9 @@ def prepare(c: ExperimentConfig) -> Prepared:
       head_optimizer=c.head_optimizer, seed=c.seed, prox_mu=c.prox_mu,
       body_steps=c.body_steps, momentum=c.momentum, ascd_p_w=c.ascd_p_w,
       ascd_momentum=c.ascd_momentum, ascd_z_step=c.ascd_z_step,
-      sampled_eval=c.sampled_eval)
+      sampled_eval=c.sampled_eval, server_lr_schedule=c.server_lr_schedule,
+      server_lr_final_fraction=c.server_lr_final_fraction,
+      schedule_rounds=c.rounds if c.server_lr_schedule != "constant" else 0)
   fingerprint = dict(dataset=c.dataset, algorithm=c.algorithm,
                      personalization=c.personalization, num_clients=c.num_clients,
                      clients_per_round=c.clients_per_round,

@@ -126,6 +126,14 @@ def _settings() -> tuple[Setting, ...]:
               "Server optimizer. Default: adam for PFLEGO and FedRecon, sgd (model "
               "averaging) for the other baselines; ASCD-PFL has its own (its momentum "
               "coupling) and ignores it.", choices=server_optimizers.NAMES),
+      Setting("server_lr_schedule", str, "constant",
+              "The server rate over the run: constant (the paper's) or cosine "
+              "(rho_t = rho (f + (1 - f)(1 + cos(pi (t - 1) / (T - 1))) / 2): rho in "
+              "round 1, f rho in round T = --rounds; f = --server_lr_final_fraction).",
+              choices=server_optimizers.SCHEDULES),
+      Setting("server_lr_final_fraction", float, 0.1,
+              "--server_lr_schedule=cosine: the last round's rate as a fraction f of "
+              "--server_lr.", above=0, maximum=1),
       Setting("head_step", str, "exact",
               "PFLEGO's final head step: exact (step rho/q * alpha_i, eq. 5) or "
               "paper_code (rho/q, eq. 3 and the reference code).",

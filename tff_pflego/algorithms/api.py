@@ -50,6 +50,11 @@ class AlgorithmConfig:
   # update. The baselines' clients do it inside the round, on their locally trained
   # model; PFLEGO's local model (theta_{t-1}, new head) the driver rebuilds from states.
   sampled_eval: bool
+  # The server rate's schedule over T = schedule_rounds rounds
+  # (`server_optimizers.build_server_optimizer`); constant: the paper's fixed rho.
+  server_lr_schedule: str
+  server_lr_final_fraction: float
+  schedule_rounds: int = 0  # T: read by a non-constant schedule only
 
   def body_fn(self) -> BodyFn:
     """A no-argument function building the body with its seeded initial weights."""

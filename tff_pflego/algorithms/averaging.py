@@ -256,9 +256,7 @@ def build_baseline(name: str, plan: AveragingPlan, config: AlgorithmConfig,
   personal_body = plan.personal_body
   types = model_types(body_fn, config.image_shape, config.max_classes,
                       personal_body=personal_body)
-  optimizer = (server_optimizers.build_server_optimizer(config.server_optimizer,
-                                                        config.server_lr)
-               if plan.send_gradient else None)
+  optimizer = server_optimizers.from_config(config) if plan.send_gradient else None
   process = build_averaging_process(
       body_fn, plan, image_shape=config.image_shape, max_classes=config.max_classes,
       seed=config.seed, server_optimizer=optimizer,

@@ -318,7 +318,7 @@ def build(config: AlgorithmConfig,
       total_examples=config.total_examples,
       participation_prob=config.participation_prob, local_steps=config.local_steps,
       client_lr=config.client_lr, server_lr=config.server_lr,
-      server_optimizer=config.server_optimizer, head_step=config.head_step,
+      server_optimizer=server_optimizers.from_config(config), head_step=config.head_step,
       head_optimizer=config.head_optimizer,
       client_data=client_data and client_data.train)
   return PersonalizedAlgorithm(
