@@ -61,6 +61,7 @@ _DOCS_DIR = flags.DEFINE_string("docs_dir", None,
 
 WINDOW = 10
 WORKER_RETRIES = 2
+RISE_FLAG = 1.5  # L(psi) more than 1.5x its lowest so far: flagged as rising
 METRIC = "test_accuracy_mean"
 SAMPLED_METRIC = "test_accuracy_sampled_pooled"
 REFIT_METRIC = "test_accuracy_refit_mean"
@@ -89,7 +90,8 @@ NOTES = {
 }
 FIELDS = ["dataset", "degree", "algorithm", "seed", "rounds", "accuracy_mean",
           "accuracy_std", "sampled_pooled_mean", "sampled_pooled_std", "refit_mean",
-          "refit_std", "train_loss_mean",
+          "refit_std", "train_loss_mean", "train_loss_last", "train_loss_min", "train_loss_largest_rise",
+          "train_loss_refit_final",
           "time_per_round_s",
           "client_time_per_round_s", "train_s_to_95_all", "train_s_to_95_sampled",
           "body_forward", "body_backward", "paper_accuracy", "paper_rounds",
@@ -171,6 +173,7 @@ def _rows(path: str) -> list[dict]:
 
 def cell_result(dataset: str, degree: str, algorithm: str, seed: int) -> dict:
   from tff_pflego.config import PAPER_ACCURACY
+  from tff_pflego.training import grid
   directory = cell_dir(dataset, degree, algorithm, seed)
   with open(os.path.join(directory, "summary.json")) as f:
     summary = json.load(f)
@@ -182,8 +185,12 @@ def cell_result(dataset: str, degree: str, algorithm: str, seed: int) -> dict:
   passes = summary.get("body_passes_per_client_round", {})
   from tff_pflego.training.ceiling import read_ceiling
   own_ceiling = read_ceiling(directory) if algorithm == "pflego" else None
+  losses = [r["train_loss"] for r in evals]
   return dict(dataset=dataset, degree=degree, algorithm=algorithm, seed=seed,
               rounds=summary["rounds"], accuracy_mean=float(last.mean()),
+              train_loss_last=float(losses[-1]), train_loss_min=float(np.min(losses)),
+              train_loss_largest_rise=grid.largest_rise(losses),
+              train_loss_refit_final=evals[-1].get("train_loss_refit"),
               accuracy_std=float(last.std()),
               sampled_pooled_mean=float(np.nanmean(sampled)),
               sampled_pooled_std=float(np.nanstd(sampled)),
@@ -333,6 +340,7 @@ def write_tables(results: list[dict]) -> None:
                 "The lead is PFLEGO's mean minus the best baseline's; it is compared "
                 "with the larger partition-seed std of the two where either has "
                 "several seeds.", ""] + leads
+  lines += _loss_check(results)
   lines += ["## Cost per round and training time to 95% (seconds; `—`: never)", "",
             "| cell | s/round | client s/round | body fwd+bwd per client | to 95% all "
             "| to 95% sampled |", "|---|---|---|---|---|---|"]
@@ -351,6 +359,28 @@ def write_tables(results: list[dict]) -> None:
     lines += [f"## Cells more than {100 * MARGIN:.1f} points from the paper", ""] + notes
   with open(os.path.join(_OUTPUT_DIR.value, "results.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
+
+
+def _loss_check(results: list[dict]) -> list[str]:
+  """Does L(psi) with the clients' stored heads rise during a run (issue #14 §0)?"""
+  rows = [r for r in results if r.get("train_loss_largest_rise") is not None]
+  if not rows:
+    return []
+  lines = [f"## L(ψ) during the runs: does it rise?", "",
+           "L(ψ) over all clients with their stored heads at each evaluation: the "
+           "final value, the lowest, and the largest rise (max over evaluations of L_t / "
+           f"min_(s≤t) L_s; above {RISE_FLAG:g} is flagged); beside it L(ψ) after every "
+           "client refits its head on the final body.", "",
+           "| cell | final | lowest | largest rise | after a refit, final |",
+           "|---|---|---|---|---|"]
+  for r in rows:
+    rise = r["train_loss_largest_rise"]
+    refit = r.get("train_loss_refit_final")
+    lines.append(f"| {r['dataset']}/{r['degree']}/{r['algorithm']}/seed{r['seed']} | "
+                 f"{r['train_loss_last']:.4g} | {r['train_loss_min']:.4g} | "
+                 f"{rise:.2f}{' **rises**' if rise > RISE_FLAG else ''} | "
+                 f"{'—' if refit is None else format(refit, '.4g')} |")
+  return lines + [""]
 
 
 # Said under every table of a dataset whose data differ from the paper's.

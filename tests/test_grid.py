@@ -71,3 +71,9 @@ def test_the_lead_is_over_the_best_full_length_baseline_against_the_seed_std():
   alone = grid.lead(rows[3:4] + rows[:1], "mnist", "high", "accuracy", ["fedper"])
   assert alone.noise is None and "one seed" in alone.verdict
   assert grid.lead(rows[5:], "mnist", "high", "accuracy", ["fedavg"]).best_baseline is None
+
+
+def test_largest_rise_is_the_worst_climb_above_the_best_so_far():
+  assert grid.largest_rise([0.7, 0.5, 0.4, 0.3]) == 1.0
+  assert grid.largest_rise([0.7, 0.58, 1.2, 0.8, 4.49, 0.6]) == pytest.approx(4.49 / 0.58)
+  assert grid.largest_rise([0.7, 0.9, 0.2, 0.3]) == pytest.approx(0.3 / 0.2)

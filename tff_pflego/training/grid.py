@@ -141,5 +141,12 @@ def lead(rows: Sequence[dict], dataset: str, degree: str, metric: str,
   return Lead(best, mine.mean - others[best].mean, max(stds) if stds else None)
 
 
+def largest_rise(losses: Sequence[float]) -> float:
+  """max_t L_t / min_{s <= t} L_s over a run's evaluations: 1 for a loss that never
+  rises above its best so far; 2 if it once doubled from its lowest point."""
+  losses = np.asarray(losses, np.float64)
+  return float(np.max(losses / np.minimum.accumulate(losses)))
+
+
 def _finite(value) -> bool:
   return value is not None and not (isinstance(value, float) and math.isnan(value))
