@@ -390,6 +390,8 @@ DATASET_NOTES = {
                       "no cell compares with a paper figure; Medium-Pers is K = 13.",
     "cifar10": "CIFAR-10 from the shared JPEG copy (re-encoded images, not the "
                "original pixel arrays).",
+    "omniglot": "Omniglot: one alphabet per client (I = 50), so the degree does not "
+                "apply; its cells sit in the high column.",
 }
 
 
@@ -471,6 +473,15 @@ def copy_to_docs(datasets) -> None:
       shutil.copyfile(source, os.path.join(_DOCS_DIR.value, name))
 
 
+def degrees_of(dataset: str) -> list[str]:
+  """The asked degrees; one ("high") for a dataset split one alphabet per client,
+  where the degree does not change the split."""
+  from tff_pflego.data import sources
+  if sources.get_dataset_spec(dataset).partition == "alphabets":
+    return ["high"]
+  return list(_DEGREES.value)
+
+
 def previous_results() -> list[dict]:
   """The rows results.csv holds now, with the columns added since they were written."""
   from tff_pflego.training import grid
@@ -489,7 +500,7 @@ def main(argv) -> None:
     if degree not in DEGREES:
       raise UserError(f"--degrees: unknown degree {degree!r}; choose from "
                           f"{', '.join(DEGREES)}")
-  cells = [(d, g, a, int(s)) for d in _DATASETS.value for g in _DEGREES.value
+  cells = [(d, g, a, int(s)) for d in _DATASETS.value for g in degrees_of(d)
            for a in _ALGORITHMS.value for s in _SEEDS.value]
   fresh = []
   for number, cell in enumerate(cells, 1):
