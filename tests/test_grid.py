@@ -77,3 +77,22 @@ def test_largest_rise_is_the_worst_climb_above_the_best_so_far():
   assert grid.largest_rise([0.7, 0.5, 0.4, 0.3]) == 1.0
   assert grid.largest_rise([0.7, 0.58, 1.2, 0.8, 4.49, 0.6]) == pytest.approx(4.49 / 0.58)
   assert grid.largest_rise([0.7, 0.9, 0.2, 0.3]) == pytest.approx(0.3 / 0.2)
+
+
+def test_a_ceiling_counts_only_on_the_partition_it_was_computed_on(tmp_path):
+  import json
+  import types
+  from tff_pflego.errors import UserError
+  from tff_pflego.training import ceiling
+  run = tmp_path / "run"
+  run.mkdir()
+  (run / "partition.json").write_text(json.dumps({"partition_fingerprint": "abc"}))
+  assert ceiling.read_ceiling(str(run)) is None  # none computed
+  (run / "ceiling.json").write_text(json.dumps({"partition_fingerprint": "abc",
+                                                "best_test_accuracy_mean": 0.9}))
+  assert ceiling.read_ceiling(str(run))["best_test_accuracy_mean"] == 0.9
+  (run / "partition.json").write_text(json.dumps({"partition_fingerprint": "xyz"}))
+  assert ceiling.read_ceiling(str(run)) is None  # the run's partition changed: stale
+  other = types.SimpleNamespace(provenance={"partition_fingerprint": "abc"})
+  with pytest.raises(UserError, match="no ceiling computed on another partition"):
+    ceiling.write_ceiling(str(run), other, seed=0, epochs=1)
