@@ -61,12 +61,12 @@ def test_the_lead_is_over_the_best_full_length_baseline_against_the_seed_std():
   assert found.best_baseline == "fedrecon"
   assert found.lead == pytest.approx(0.96 - 0.955, abs=1e-12)
   assert found.noise == pytest.approx(0.01, abs=1e-12)  # sample std of .95 .96 .97
-  assert found.verdict.startswith("ahead; |lead| <= seed std")
+  assert found.verdict == "ahead within the seed std (1.00)"
 
   rows[3]["accuracy_mean"] = 0.98  # fedper now best, by more than the noise
   found = grid.lead(rows, "mnist", "high", "accuracy", ["fedavg", "fedper", "fedrecon"])
   assert found.best_baseline == "fedper" and found.lead == pytest.approx(-0.02)
-  assert found.verdict.startswith("behind; |lead| > seed std")
+  assert found.verdict == "behind by more than the seed std (1.00)"
 
   alone = grid.lead(rows[3:4] + rows[:1], "mnist", "high", "accuracy", ["fedper"])
   assert alone.noise is None and "one seed" in alone.verdict

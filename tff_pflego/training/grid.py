@@ -121,8 +121,8 @@ class Lead:
     ahead = "ahead" if self.lead > 0 else "behind"
     if self.noise is None:
       return f"{ahead}; one seed, lead not compared with a seed std"
-    larger = abs(self.lead) > self.noise
-    return f"{ahead}; |lead| {'>' if larger else '<='} seed std {100 * self.noise:.2f}"
+    beyond = "by more than" if abs(self.lead) > self.noise else "within"
+    return f"{ahead} {beyond} the seed std ({100 * self.noise:.2f})"
 
 
 def lead(rows: Sequence[dict], dataset: str, degree: str, metric: str,
