@@ -148,17 +148,14 @@ def ensure_ceiling(dataset: str, degree: str, seed: int) -> None:
   if ceiling.read_ceiling(directory) is not None:
     return
   with open(os.path.join(directory, "config.json")) as f:
-    settings = json.load(f)
+    settings = json.load(f)  # the run's resolved settings: every field is there
+  partition_fields = ("num_clients", "partition", "class_assignment", "dirichlet_alpha",
+                      "partition_file", "raw_data_dir")
   config = experiment.ExperimentConfig(
       dataset=dataset, personalization=degree, seed=seed,
-      num_clients=settings.get("num_clients"),
-      partition=settings.get("partition", "classes"),
-      class_assignment=settings.get("class_assignment", "balanced"),
-      dirichlet_alpha=settings.get("dirichlet_alpha", 0.5),
-      partition_file=settings.get("partition_file"),
       data_dir=_DATA_DIR.value or settings["data_dir"],
-      raw_data_dir=settings.get("raw_data_dir"),
-      output_dir=os.path.join(directory, "unused"))
+      output_dir=os.path.join(directory, "unused"),
+      **{name: settings[name] for name in partition_fields})
   prepared = experiment.prepare(experiment.resolve(config))
   result = ceiling.write_ceiling(directory, prepared.data, seed, _CEILING_EPOCHS.value,
                                  progress=_PROGRESS.value)
