@@ -6,7 +6,8 @@ r"""Runs a grid of experiments (datasets x degrees x algorithms x seeds) and tab
 Each cell is `train.py` with the paper's settings (the same `run_experiment`), in
 `<output_dir>/<dataset>/<degree>/<algorithm>/seed<k>/` (`seed<k>_T<rounds>` when
 `--rounds` shortens the paper's T: such a cell is marked "shortened" in every table and
-never averaged with a full one). The grid is resumable: a cell with a summary.json is
+never averaged with a full one). The paper's T is the round its tables report: 200, and
+1000 on Omniglot (Table 2 reports rounds 991-1000 of its T = 5000 runs). The grid is resumable: a cell with a summary.json is
 skipped, and a cell cut short resumes from its checkpoint. Writes, after every cell:
   results.csv   one row per cell: the mean and std of the last 10 evaluations; rows of
                 cells outside this invocation (other datasets, degrees, ...) are kept
@@ -36,6 +37,7 @@ from absl import flags
 import numpy as np
 
 from tff_pflego.errors import UserError
+from tff_pflego.training import cells
 
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/reproduce", "Where the grid goes.")
@@ -59,12 +61,9 @@ _CEILING_EPOCHS = flags.DEFINE_integer("ceiling_epochs", 20,
 _DOCS_DIR = flags.DEFINE_string("docs_dir", None,
                                 "Also copy results.md/csv and the figures here.")
 
-WINDOW = 10
-WORKER_RETRIES = 2
+WINDOW = cells.WINDOW
 RISE_FLAG = 1.5  # L(psi) more than 1.5x its lowest so far: flagged as rising
-METRIC = "test_accuracy_mean"
-SAMPLED_METRIC = "test_accuracy_sampled_pooled"
-REFIT_METRIC = "test_accuracy_refit_mean"
+METRIC, SAMPLED_METRIC = cells.METRIC, cells.SAMPLED_METRIC
 TARGET = 0.95  # for the time-to-accuracy columns
 MARGIN = 0.015  # a cell more than 1.5 points off the paper's value gets a note
 # Why a cell lies far from the paper's value, where we know.
@@ -104,8 +103,10 @@ DEGREES = ("high", "medium", "none")
 
 
 def paper_rounds(dataset: str, degree: str) -> int:
-  from tff_pflego.config import paper_defaults
-  return paper_defaults(dataset, "pflego", degree).rounds
+  """The rounds of the paper's table figure: a cell's T unless --rounds is given."""
+  del degree  # the same at every degree
+  from tff_pflego.config import paper_table_rounds
+  return paper_table_rounds(dataset)
 
 
 def cell_dir(dataset: str, degree: str, algorithm: str, seed: int) -> str:
@@ -116,28 +117,16 @@ def cell_dir(dataset: str, degree: str, algorithm: str, seed: int) -> str:
 
 
 def run_cell(dataset: str, degree: str, algorithm: str, seed: int) -> None:
-  """Runs (or resumes) the cell; a run whose TFF worker dies (a crash outside the
-  run's control, e.g. a segfault) resumes from its last checkpoint, up to
-  WORKER_RETRIES times: a resumed run equals an uninterrupted one (tests/test_resume)."""
-  from tff_pflego.errors import WorkerLostError
-  from tff_pflego.experiment import ExperimentConfig, has_checkpoint, run_experiment
-  directory = cell_dir(dataset, degree, algorithm, seed)
-  for attempt in range(WORKER_RETRIES + 1):
-    config = ExperimentConfig(
-        dataset=dataset, algorithm=algorithm, personalization=degree, seed=seed,
-        rounds=_ROUNDS.value, num_clients=_NUM_CLIENTS.value,
-        eval_every=_EVAL_EVERY.value, output_dir=directory, progress=_PROGRESS.value,
-        overwrite=not has_checkpoint(directory))  # resume a cut cell, else start afresh
-    if _DATA_DIR.value:
-      config.data_dir = _DATA_DIR.value
-    try:
-      run_experiment(config)
-      return
-    except WorkerLostError as e:
-      if attempt == WORKER_RETRIES:
-        raise
-      print(f"  {e}; resuming the cell from its checkpoint "
-            f"(retry {attempt + 1} of {WORKER_RETRIES})", flush=True)
+  """Runs (or resumes) the cell with the paper's settings (`cells.run_cell`)."""
+  from tff_pflego.experiment import ExperimentConfig
+  config = ExperimentConfig(
+      dataset=dataset, algorithm=algorithm, personalization=degree, seed=seed,
+      rounds=_ROUNDS.value or paper_rounds(dataset, degree),
+      num_clients=_NUM_CLIENTS.value, eval_every=_EVAL_EVERY.value,
+      output_dir=cell_dir(dataset, degree, algorithm, seed), progress=_PROGRESS.value)
+  if _DATA_DIR.value:
+    config.data_dir = _DATA_DIR.value
+  cells.run_cell(config)
 
 
 def ensure_ceiling(dataset: str, degree: str, seed: int) -> None:
@@ -170,32 +159,16 @@ def _rows(path: str) -> list[dict]:
 
 def cell_result(dataset: str, degree: str, algorithm: str, seed: int) -> dict:
   from tff_pflego.config import PAPER_ACCURACY
-  from tff_pflego.training import grid
+  from tff_pflego.training.ceiling import read_ceiling
   directory = cell_dir(dataset, degree, algorithm, seed)
   with open(os.path.join(directory, "summary.json")) as f:
-    summary = json.load(f)
+    passes = json.load(f).get("body_passes_per_client_round", {})
   evals = [r for r in _rows(os.path.join(directory, "metrics.csv")) if r["round"] > 0]
-  last = np.array([r[METRIC] for r in evals[-WINDOW:]])
-  refit = np.array([r.get(REFIT_METRIC, np.nan) for r in evals[-WINDOW:]])
-  rounds = _rows(os.path.join(directory, "rounds.csv"))
-  sampled = np.array([r[SAMPLED_METRIC] for r in rounds[-WINDOW:]])
-  passes = summary.get("body_passes_per_client_round", {})
-  from tff_pflego.training.ceiling import read_ceiling
   own_ceiling = read_ceiling(directory) if algorithm == "pflego" else None
-  losses = [r["train_loss"] for r in evals]
   return dict(dataset=dataset, degree=degree, algorithm=algorithm, seed=seed,
-              rounds=summary["rounds"], accuracy_mean=float(last.mean()),
-              train_loss_last=float(losses[-1]), train_loss_min=float(np.min(losses)),
-              train_loss_largest_rise=grid.largest_rise(losses),
-              train_loss_refit_final=evals[-1].get("train_loss_refit"),
-              accuracy_std=float(last.std()),
-              sampled_pooled_mean=float(np.nanmean(sampled)),
-              sampled_pooled_std=float(np.nanstd(sampled)),
-              refit_mean=float(refit.mean()), refit_std=float(refit.std()),
-              train_loss_mean=summary["final"]["train_loss"],
-              time_per_round_s=summary["time_per_round_s"],
-              client_time_per_round_s=summary.get("client_time_per_round_s"),
-              **time_to_accuracy(rounds, evals, TARGET),
+              **cells.run_figures(directory, WINDOW),
+              **time_to_accuracy(_rows(os.path.join(directory, "rounds.csv")), evals,
+                                 TARGET),
               body_forward=passes.get("forward"), body_backward=passes.get("backward"),
               paper_accuracy=PAPER_ACCURACY.get((dataset, algorithm, degree)),
               paper_rounds=paper_rounds(dataset, degree),
@@ -208,16 +181,7 @@ def _ordered(names, order) -> list[str]:
 
 
 def _cell_text(summary, paper) -> str:
-  if summary is None:
-    return "—"
-  cell = f"{100 * summary.mean:.2f} ± {100 * summary.std:.2f}"
-  if paper is not None:
-    cell += f" [{100 * paper:.2f}]"
-  if summary.n > 1:
-    cell += f" (n={summary.n})"
-  if summary.shortened:
-    cell += f" (shortened: T={summary.rounds})"
-  return cell
+  return "—" if summary is None else summary.text(paper)
 
 
 def _table(results: list[dict], dataset: str, metric: str) -> list[str]:

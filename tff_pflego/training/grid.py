@@ -87,6 +87,17 @@ class Summary:
     """The partition-seed std, or None with a single seed."""
     return self.std if self.n > 1 else None
 
+  def text(self, paper: Optional[float] = None) -> str:
+    """A table cell, in percent: mean ± std [paper] (n=seeds) (shortened: T=rounds)."""
+    cell = f"{100 * self.mean:.2f} ± {100 * self.std:.2f}"
+    if paper is not None:
+      cell += f" [{100 * paper:.2f}]"
+    if self.n > 1:
+      cell += f" (n={self.n})"
+    if self.shortened:
+      cell += f" (shortened: T={self.rounds})"
+    return cell
+
 
 def summarize(rows: Sequence[dict], dataset: str, degree: str, algorithm: str,
               metric: str) -> Optional[Summary]:

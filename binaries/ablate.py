@@ -1,0 +1,322 @@
+r"""The paper's ablations: one or two settings varied, everything else the paper's.
+
+  python binaries/ablate.py --study=participation  # CIFAR-10 High: r, PFLEGO/FedAvg/FedPer
+  python binaries/ablate.py --study=rates          # Omniglot: PFLEGO's beta x rho
+  python binaries/ablate.py --study=tau            # Omniglot: tau x participants per
+                                                   # round, PFLEGO and FedRecon
+
+A study names the paper's dataset, degree, algorithms and values (`STUDIES`);
+`--dataset`, `--degree`, `--algorithms` and `--vary` replace them, e.g. where the
+paper's dataset does not fit on the machine (`--dataset=mnist`: say so where the figure
+is shown). `--vary=name=v1,v2,...` (at most twice) names a setting of train.py and its
+values; every other setting is the paper's for the dataset, degree and algorithm, and
+`--rounds` below the paper's T marks every cell "shortened". Every cell is checked
+before the first one runs, so a bad value costs no compute.
+
+Each cell is a train.py run (the same `run_experiment`, resumable; a finished cell is
+skipped) in <output_dir>/<study>/<dataset>_<degree>[_T<rounds>]/<algorithm>/
+<name>=<value>[,<name>=<value>]/seed<k>/. The study's directory gets, after every cell:
+  results.csv  one row per finished cell: its varied values and its figures
+               (`cells.run_figures`: the last 10 evaluations of each protocol)
+  results.md   per protocol (all clients; sampled clients right after their update),
+               a table: one row per algorithm (and value of the second setting), one
+               column per value of the first; mean ± std over the last 10 evaluations,
+               or over the seeds (sample std, n=) when several ran
+  ablation.png all-client accuracy, sampled accuracy and L(psi) at the end, against the
+               first setting: one line per algorithm, or with two settings, a column of
+               panels per algorithm and one line per value of the second
+`--docs_dir` copies results.md and ablation.png there as ablation_<study>.md / .png.
+"""
+
+from __future__ import annotations
+
+# First: sets the logging defaults and a one-line Ctrl-C before TensorFlow loads.
+from tff_pflego import cli  # pylint: disable=g-bad-import-order
+
+import dataclasses
+import itertools
+import os
+import shutil
+from typing import Optional
+
+from absl import flags
+import numpy as np
+
+from tff_pflego.config import PERSONALIZATIONS
+from tff_pflego.errors import UserError
+from tff_pflego.training import cells
+from tff_pflego.training import grid
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+  """Where the paper ran an ablation and what it varied."""
+  dataset: str
+  degree: str
+  algorithms: tuple[str, ...]
+  vary: tuple[tuple[str, tuple[float, ...]], ...]  # (setting, values), at most two
+  title: str
+
+
+STUDIES = {
+    "participation": Study(
+        "cifar10", "high", ("pflego", "fedavg", "fedper"),
+        (("clients_per_round", (5, 10, 20, 50, 100)),),
+        "participation rate r = clients_per_round / I"),
+    "rates": Study(
+        "omniglot", "high", ("pflego",),
+        (("client_lr", (0.03, 0.1341, 0.5)), ("server_lr", (0.001, 0.003, 0.01))),
+        "PFLEGO's rates: client beta and server rho"),
+    "tau": Study(
+        "omniglot", "high", ("pflego", "fedrecon"),
+        (("local_steps", (5, 10, 25, 50)), ("clients_per_round", (4, 16, 28))),
+        "inner steps tau, at several numbers of participants per round"),
+}
+# The settings a study may vary: the rest define the run (dataset, seed, T, outputs).
+VARIABLE = ("num_clients", "clients_per_round", "participation_prob", "local_steps",
+            "client_lr", "server_lr", "prox_mu", "body_steps", "momentum",
+            "dirichlet_alpha", "dropout_prob")
+PROTOCOLS = (("accuracy", "all clients"), ("sampled_pooled", "sampled clients"))
+
+_STUDY = flags.DEFINE_enum("study", None, sorted(STUDIES), "The ablation.")
+_DATASET = flags.DEFINE_string("dataset", None, "Dataset (default: the study's).")
+_DEGREE = flags.DEFINE_enum("degree", None, list(PERSONALIZATIONS),
+                            "Personalization (default: the study's).")
+_ALGORITHMS = flags.DEFINE_list("algorithms", None, "Algorithms (default: the study's).")
+_VARY = flags.DEFINE_multi_string(
+    "vary", None, "name=v1,v2,...: a setting and its values (at most twice; default: "
+    "the study's). The first is the figure's x axis.")
+_SEEDS = flags.DEFINE_list("seeds", ["0"], "Seeds.")
+_ROUNDS = flags.DEFINE_integer("rounds", None, "T (default: the paper's).", lower_bound=1)
+_EVAL_EVERY = flags.DEFINE_integer("eval_every", 10, "All-client evaluation period.",
+                                   lower_bound=1)
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/ablate", "Where studies go.")
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "Prepared data (default: data/).")
+_PROGRESS = flags.DEFINE_bool("progress", True, "A progress bar per run.")
+_DOCS_DIR = flags.DEFINE_string("docs_dir", None, "Also copy the table and figure here.")
+flags.mark_flag_as_required("study")
+
+Vary = tuple[tuple[str, tuple], ...]
+
+
+def parse_vary(texts: Optional[list[str]], default: Vary) -> Vary:
+  """`--vary` values as (setting, values); each value parsed and checked as the
+  setting's own flag would be. Raises UserError naming the problem."""
+  from tff_pflego import settings
+  if not texts:
+    return default
+  if len(texts) > 2:
+    raise UserError(f"--vary: at most two settings, got {len(texts)}")
+  parsed = []
+  for text in texts:
+    name, sep, values_text = text.partition("=")
+    if not sep or not values_text:
+      raise UserError(f"--vary wants name=v1,v2,..., got {text!r}")
+    if name not in VARIABLE:
+      raise UserError(f"--vary: {name!r} cannot be varied; choose from "
+                      f"{', '.join(VARIABLE)}")
+    if name in (n for n, _ in parsed):
+      raise UserError(f"--vary: {name} given twice")
+    setting = settings.SETTINGS[name]
+    try:
+      values = tuple(setting.kind(v) for v in values_text.split(","))
+    except ValueError:
+      raise UserError(f"--vary: {name} takes {setting.kind.__name__} values, got "
+                      f"{values_text!r}") from None
+    if len(set(values)) != len(values):
+      raise UserError(f"--vary: {name} repeats a value in {values_text!r}")
+    for value in values:
+      problem = setting.problem(value)
+      if problem:
+        raise UserError(f"--vary: {problem}")
+    parsed.append((name, values))
+  return tuple(parsed)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  study: str
+  dataset: str
+  degree: str
+  algorithms: tuple[str, ...]
+  vary: Vary
+  seeds: tuple[int, ...]
+  rounds: int  # T of every cell
+  paper_rounds: int  # the round of the paper's table figure
+
+  @property
+  def directory(self) -> str:
+    name = f"{self.dataset}_{self.degree}"
+    if self.rounds != self.paper_rounds:
+      name += f"_T{self.rounds}"
+    return os.path.join(_OUTPUT_DIR.value, self.study, name)
+
+  def points(self) -> list[tuple]:
+    """Every combination of the varied values, the first setting slowest."""
+    return list(itertools.product(*(values for _, values in self.vary)))
+
+  def cell_dir(self, algorithm: str, point: tuple, seed: int) -> str:
+    where = ",".join(f"{name}={value:g}" for (name, _), value in zip(self.vary, point))
+    return os.path.join(self.directory, algorithm, where, f"seed{seed}")
+
+
+def make_plan() -> Plan:
+  from tff_pflego.config import paper_table_rounds
+  study = STUDIES[_STUDY.value]
+  dataset = _DATASET.value or study.dataset
+  try:
+    seeds = tuple(int(s) for s in _SEEDS.value)
+  except ValueError:
+    raise UserError(f"--seeds takes integers, got {','.join(_SEEDS.value)!r}") from None
+  return Plan(study=_STUDY.value, dataset=dataset, degree=_DEGREE.value or study.degree,
+              algorithms=tuple(_ALGORITHMS.value or study.algorithms),
+              vary=parse_vary(_VARY.value, study.vary), seeds=seeds,
+              rounds=_ROUNDS.value or paper_table_rounds(dataset),
+              paper_rounds=paper_table_rounds(dataset))
+
+
+def cell_config(plan: Plan, algorithm: str, point: tuple, seed: int):
+  from tff_pflego.experiment import ExperimentConfig
+  config = ExperimentConfig(
+      dataset=plan.dataset, algorithm=algorithm, personalization=plan.degree, seed=seed,
+      rounds=plan.rounds, eval_every=_EVAL_EVERY.value, progress=_PROGRESS.value,
+      output_dir=plan.cell_dir(algorithm, point, seed),
+      **{name: value for (name, _), value in zip(plan.vary, point)})
+  if _DATA_DIR.value:
+    config.data_dir = _DATA_DIR.value
+  return config
+
+
+def cell_row(plan: Plan, algorithm: str, point: tuple, seed: int) -> dict:
+  directory = plan.cell_dir(algorithm, point, seed)
+  return dict(dataset=plan.dataset, degree=plan.degree, algorithm=algorithm, seed=seed,
+              **{name: value for (name, _), value in zip(plan.vary, point)},
+              **cells.run_figures(directory), paper_rounds=plan.paper_rounds,
+              run_dir=directory)
+
+
+def summary(plan: Plan, rows: list[dict], algorithm: str, point: tuple,
+            metric: str) -> Optional[grid.Summary]:
+  at_point = [r for r in rows
+              if all(r[name] == value for (name, _), value in zip(plan.vary, point))]
+  return grid.summarize(at_point, plan.dataset, plan.degree, algorithm, metric)
+
+
+def _line_groups(plan: Plan) -> list[tuple[str, tuple]]:
+  """(label, second value or ()) for each table row / figure line of an algorithm."""
+  if len(plan.vary) == 1:
+    return [("", ())]
+  name, values = plan.vary[1]
+  return [(f"{name}={value:g}", (value,)) for value in values]
+
+
+def write_table(plan: Plan, rows: list[dict]) -> None:
+  first_name, first_values = plan.vary[0]
+  lines = [f"# Ablation `{plan.study}`: {STUDIES[plan.study].title}", "",
+           f"{plan.dataset}, {plan.degree}; every other setting the paper's; test "
+           f"accuracy (%) at T = {plan.rounds}"
+           + (f" (shortened: the paper's T is {plan.paper_rounds})"
+              if plan.rounds < plan.paper_rounds else "")
+           + "; mean ± std over the last 10 evaluations, or over seeds (n=).", ""]
+  for metric, protocol in PROTOCOLS:
+    lines += [f"## {protocol}", "",
+              "| algorithm | " + " | ".join(f"{first_name}={v:g}" for v in first_values)
+              + " |", "|---" * (len(first_values) + 1) + "|"]
+    for algorithm in plan.algorithms:
+      for label, second in _line_groups(plan):
+        texts = [summary(plan, rows, algorithm, (v,) + second, metric)
+                 for v in first_values]
+        lines.append(f"| {algorithm}{' ' + label if label else ''} | "
+                     + " | ".join("—" if s is None else s.text() for s in texts) + " |")
+    lines.append("")
+  with open(os.path.join(plan.directory, "results.md"), "w") as f:
+    f.write("\n".join(lines))
+
+
+def plot(plan: Plan, rows: list[dict]) -> None:
+  """All-client accuracy, sampled accuracy and final L(psi) against the first setting."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  first_name, first_values = plan.vary[0]
+  panels = [None] if len(plan.vary) == 1 else list(plan.algorithms)
+  quantities = PROTOCOLS + (("train_loss", "train loss at the end"),)
+  fig, axes = plt.subplots(len(quantities), len(panels), squeeze=False, sharey="row",
+                           figsize=(4.6 * len(panels) + 1, 3.2 * len(quantities)),
+                           layout="constrained")
+  spread = max(first_values) / min(first_values) if min(first_values) > 0 else 1
+  for column, panel in enumerate(panels):
+    for algorithm in [panel] if panel else plan.algorithms:
+      for group_index, (label, second) in enumerate(_line_groups(plan)):
+        for row, (metric, title) in enumerate(quantities):
+          found = [(v, summary(plan, rows, algorithm, (v,) + second, metric))
+                   for v in first_values]
+          found = [(v, s) for v, s in found if s is not None]
+          if not found:
+            continue
+          scale = 1 if metric == "train_loss" else 100
+          x = [v for v, _ in found]
+          y = np.array([scale * s.mean for _, s in found])
+          err = np.array([scale * s.std if s.n > 1 else 0 for _, s in found])
+          name = label if panel else algorithm
+          color = f"C{group_index}" if panel else f"C{plan.algorithms.index(algorithm)}"
+          ax = axes[row][column]
+          ax.errorbar(x, y, yerr=err if err.any() else None, marker="o", color=color,
+                      lw=2.4 if algorithm == "pflego" and not panel else 1.5,
+                      label=name, capsize=3)
+          ax.set(ylabel=title + ("" if metric == "train_loss" else " (%)"))
+          if metric == "train_loss":
+            ax.set_yscale("log")
+          if spread >= 20:
+            ax.set_xscale("log")
+          ax.set_xticks(first_values, [f"{v:g}" for v in first_values])
+          ax.minorticks_off()
+          ax.grid(alpha=0.3)
+      axes[0][column].set_title(panel or "")
+      axes[-1][column].set_xlabel(first_name)
+      if axes[0][column].get_legend_handles_labels()[0]:
+        axes[0][column].legend(fontsize=8)
+  shortened = (f", shortened: T = {plan.rounds} of the paper's {plan.paper_rounds}"
+               if plan.rounds < plan.paper_rounds else f", T = {plan.rounds}")
+  fig.suptitle(f"Ablation {plan.study}: {plan.dataset}, {plan.degree}{shortened} "
+               "(last 10 evaluations; bars: seed std)")
+  fig.savefig(os.path.join(plan.directory, "ablation.png"), dpi=110)
+  plt.close(fig)
+
+
+def tabulate(plan: Plan, rows: list[dict]) -> None:
+  fields = list(rows[0])
+  grid.write_results(os.path.join(plan.directory, "results.csv"), rows, fields)
+  write_table(plan, rows)
+  plot(plan, rows)
+
+
+def main(argv) -> None:
+  from tff_pflego import experiment
+  plan = make_plan()
+  work = [(a, p, s) for a in plan.algorithms for p in plan.points() for s in plan.seeds]
+  for cell in work:  # every cell to run checked before any runs
+    if not cells.finished(plan.cell_dir(*cell)):
+      experiment.resolve(cells.resuming(cell_config(plan, *cell)))
+  os.makedirs(plan.directory, exist_ok=True)
+  rows = []
+  for number, (algorithm, point, seed) in enumerate(work, 1):
+    directory = plan.cell_dir(algorithm, point, seed)
+    done = cells.finished(directory)
+    print(f"[{number}/{len(work)}] {os.path.relpath(directory, plan.directory)}: "
+          f"{'done, skipped' if done else 'running'}", flush=True)
+    if not done:
+      cells.run_cell(cell_config(plan, algorithm, point, seed))
+    rows.append(cell_row(plan, algorithm, point, seed))
+    tabulate(plan, rows)
+  if _DOCS_DIR.value:
+    os.makedirs(_DOCS_DIR.value, exist_ok=True)
+    for name, suffix in (("results.md", "md"), ("ablation.png", "png")):
+      shutil.copyfile(os.path.join(plan.directory, name),
+                      os.path.join(_DOCS_DIR.value, f"ablation_{plan.study}.{suffix}"))
+  print(open(os.path.join(plan.directory, "results.md")).read())
+
+
+if __name__ == "__main__":
+  cli.run_main(main)

@@ -1,0 +1,98 @@
+"""binaries/ablate.py on a tiny study: the varied value reaches each run, every other
+setting is the paper's, the tables hold each run's own numbers, bad values cost nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.helpers import ENV, REPO
+from tff_pflego.config import paper_defaults
+from tff_pflego.training import grid
+from tff_pflego.training.release import read_rows
+
+ABLATE = [sys.executable, os.path.join(REPO, "binaries", "ablate.py")]
+POINTS = (2, 5)  # clients per round, of I = 5
+
+
+def _study(prepared: str, out: str, *vary: str) -> list[str]:
+  return ABLATE + ["--study=participation", "--dataset=fashion_mnist", "--degree=high",
+                   "--algorithms=pflego", "--rounds=3", "--eval_every=1", "--noprogress",
+                   f"--data_dir={prepared}", f"--output_dir={out}"] + [
+                       f"--vary={v}" for v in vary]
+
+
+def _digests(path: str) -> dict[str, bytes]:
+  return {os.path.join(root, name): open(os.path.join(root, name), "rb").read()
+          for root, _, files in os.walk(path) for name in files}
+
+
+def test_a_study_runs_each_point_with_the_papers_other_settings(prepared, tmp_path):
+  out = str(tmp_path / "ablate")
+  vary = ("clients_per_round=" + ",".join(map(str, POINTS)), "num_clients=5")
+  first = subprocess.run(_study(prepared, out, *vary), env=ENV, capture_output=True,
+                         text=True, timeout=900)
+  assert first.returncode == 0, first.stderr[-3000:]
+
+  study = os.path.join(out, "participation", "fashion_mnist_high_T3")
+  rows = {int(r["clients_per_round"]): r
+          for r in grid.read_results(os.path.join(study, "results.csv"))}
+  assert sorted(rows) == list(POINTS)
+  paper = paper_defaults("fashion_mnist", "pflego", "high")
+  with open(os.path.join(study, "results.md")) as f:
+    table = f.read()
+  for r in POINTS:
+    run_dir = os.path.join(study, "pflego", f"clients_per_round={r},num_clients=5", "seed0")
+    rounds = read_rows(os.path.join(run_dir, "rounds.csv"))
+    assert [row["num_selected"] for row in rounds] == [r] * 3  # the value reached the run
+    with open(os.path.join(run_dir, "config.json")) as f:
+      settings = json.load(f)
+    assert (settings["num_clients"], settings["client_lr"], settings["server_lr"],
+            settings["local_steps"]) == (5, paper.client_lr, paper.server_lr,
+                                         paper.local_steps)
+    evals = [row["test_accuracy_mean"]
+             for row in read_rows(os.path.join(run_dir, "metrics.csv")) if row["round"] > 0]
+    sampled = [row["test_accuracy_sampled_pooled"] for row in rounds]
+    assert rows[r]["accuracy_mean"] == pytest.approx(np.mean(evals), abs=1e-12)
+    assert rows[r]["sampled_pooled_mean"] == pytest.approx(np.mean(sampled), abs=1e-12)
+    assert (f"{100 * np.mean(evals):.2f} ± {100 * np.std(evals):.2f} (shortened: T=3)"
+            in table)
+  assert os.path.exists(os.path.join(study, "ablation.png"))
+
+  before = _digests(out)
+  again = subprocess.run(_study(prepared, out, *vary), env=ENV, capture_output=True,
+                         text=True, timeout=900)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert again.stdout.count("done, skipped") == len(POINTS)
+  assert _digests(out) == before
+
+  # A bad value is refused before any cell runs; the finished study is untouched.
+  bad = subprocess.run(_study(prepared, out, "clients_per_round=2,9", "num_clients=5"),
+                       env=ENV, capture_output=True, text=True, timeout=300)
+  assert bad.returncode == 2
+  assert bad.stderr.strip() == "error: --clients_per_round must be in 1..--num_clients=5, got 9"
+  assert _digests(out) == before
+
+
+@pytest.mark.parametrize("vary, message", [
+    (["seed=1,2"], "--vary: 'seed' cannot be varied"),
+    (["client_lr=fast"], "--vary: client_lr takes float values, got 'fast'"),
+    (["client_lr=0.1,0"], "--vary: --client_lr must be > 0, got 0.0"),
+    (["local_steps=5,5"], "--vary: local_steps repeats a value in '5,5'"),
+    (["local_steps"], "--vary wants name=v1,v2,..., got 'local_steps'"),
+    (["local_steps=5", "local_steps=6"], "--vary: local_steps given twice"),
+    (["local_steps=5", "client_lr=1", "server_lr=1"], "--vary: at most two settings"),
+])
+def test_bad_vary_is_one_line_and_exit_2(tmp_path, vary, message):
+  out = str(tmp_path / "nothing")
+  result = subprocess.run(_study(str(tmp_path), out, *vary), env=ENV,
+                          capture_output=True, text=True, timeout=300)
+  assert result.returncode == 2
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+  assert not os.path.exists(out)
