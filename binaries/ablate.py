@@ -17,7 +17,9 @@ Each cell is a train.py run (the same `run_experiment`, resumable; a finished ce
 skipped) in <output_dir>/<study>/<dataset>_<degree>[_T<rounds>]/<algorithm>/
 <name>=<value>[,<name>=<value>]/seed<k>/. The study's directory gets, after every cell:
   results.csv  one row per finished cell: its varied values and its figures
-               (`cells.run_figures`: the last 10 evaluations of each protocol)
+               (`cells.run_figures`: the last 10 evaluations of each protocol); kept
+               across invocations that vary the same settings, so a second run with
+               other values or algorithms adds to the same tables
   results.md   per protocol (all clients; sampled clients right after their update),
                a table: one row per algorithm (and value of the second setting), one
                column per value of the first; mean ± std over the last 10 evaluations,
@@ -145,6 +147,10 @@ class Plan:
   paper_rounds: int  # the round of the paper's table figure
 
   @property
+  def varied(self) -> str:
+    return ",".join(name for name, _ in self.vary)
+
+  @property
   def directory(self) -> str:
     name = f"{self.dataset}_{self.degree}"
     if self.rounds != self.paper_rounds:
@@ -190,6 +196,7 @@ def cell_config(plan: Plan, algorithm: str, point: tuple, seed: int):
 def cell_row(plan: Plan, algorithm: str, point: tuple, seed: int) -> dict:
   directory = plan.cell_dir(algorithm, point, seed)
   return dict(dataset=plan.dataset, degree=plan.degree, algorithm=algorithm, seed=seed,
+              varied=plan.varied,
               **{name: value for (name, _), value in zip(plan.vary, point)},
               **cells.run_figures(directory), paper_rounds=plan.paper_rounds,
               run_dir=directory)
@@ -285,11 +292,27 @@ def plot(plan: Plan, rows: list[dict]) -> None:
   plt.close(fig)
 
 
-def tabulate(plan: Plan, rows: list[dict]) -> None:
-  fields = list(rows[0])
-  grid.write_results(os.path.join(plan.directory, "results.csv"), rows, fields)
-  write_table(plan, rows)
-  plot(plan, rows)
+def _row_key(plan: Plan, row: dict) -> tuple:
+  return (row["algorithm"], row["seed"]) + tuple(row[name] for name, _ in plan.vary)
+
+
+def tabulate(plan: Plan, fresh: list[dict]) -> None:
+  """results.csv, results.md and ablation.png of every finished cell of the study
+  that varies the same settings: the earlier invocations' rows are kept (a fresh cell
+  replaces its row), so runs of other values or algorithms add to one table."""
+  path = os.path.join(plan.directory, "results.csv")
+  rows = {_row_key(plan, r): r for r in grid.read_results(path)
+          if r.get("varied") == plan.varied}
+  rows.update((_row_key(plan, r), r) for r in fresh)
+  rows = list(rows.values())
+  grid.write_results(path, rows, list(fresh[0]))
+  shown = dataclasses.replace(
+      plan, vary=tuple((name, tuple(sorted({r[name] for r in rows})))
+                       for name, _ in plan.vary),
+      algorithms=tuple(dict.fromkeys(plan.algorithms + tuple(
+          r["algorithm"] for r in rows))))
+  write_table(shown, rows)
+  plot(shown, rows)
 
 
 def main(argv) -> None:

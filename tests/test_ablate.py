@@ -71,6 +71,18 @@ def test_a_study_runs_each_point_with_the_papers_other_settings(prepared, tmp_pa
   assert again.stdout.count("done, skipped") == len(POINTS)
   assert _digests(out) == before
 
+  # Another value later joins the same tables; the earlier cells' rows are kept.
+  more = subprocess.run(_study(prepared, out, "clients_per_round=3", "num_clients=5"),
+                        env=ENV, capture_output=True, text=True, timeout=900)
+  assert more.returncode == 0, more.stderr[-3000:]
+  rows_now = grid.read_results(os.path.join(study, "results.csv"))
+  assert sorted(int(r["clients_per_round"]) for r in rows_now) == [2, 3, 5]
+  assert {k: v for k, v in rows_now[0].items()} == rows[2]
+  with open(os.path.join(study, "results.md")) as f:
+    assert ("| algorithm | clients_per_round=2 | clients_per_round=3 | "
+            "clients_per_round=5 |") in f.read()
+  before = _digests(out)
+
   # A bad value is refused before any cell runs; the finished study is untouched.
   bad = subprocess.run(_study(prepared, out, "clients_per_round=2,9", "num_clients=5"),
                        env=ENV, capture_output=True, text=True, timeout=300)

@@ -24,7 +24,7 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 
 CELL_KEY = ("dataset", "degree", "algorithm", "seed")
-_TEXT_FIELDS = ("dataset", "degree", "algorithm", "run_dir")
+_TEXT_FIELDS = ("dataset", "degree", "algorithm", "run_dir", "varied")
 _INT_FIELDS = ("seed", "rounds", "paper_rounds")
 
 
