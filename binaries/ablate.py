@@ -27,7 +27,8 @@ skipped) in <output_dir>/<study>/<dataset>_<degree>[_T<rounds>]/<algorithm>/
   ablation.png all-client accuracy, sampled accuracy and L(psi) at the end, against the
                first setting: one line per algorithm, or with two settings, a column of
                panels per algorithm and one line per value of the second
-`--docs_dir` copies results.md and ablation.png there as ablation_<study>.md / .png.
+`--docs_dir` copies results.md and ablation.png there as
+ablation_<study>_<dataset>_<degree>[_T<rounds>].md / .png.
 """
 
 from __future__ import annotations
@@ -336,8 +337,9 @@ def main(argv) -> None:
   if _DOCS_DIR.value:
     os.makedirs(_DOCS_DIR.value, exist_ok=True)
     for name, suffix in (("results.md", "md"), ("ablation.png", "png")):
-      shutil.copyfile(os.path.join(plan.directory, name),
-                      os.path.join(_DOCS_DIR.value, f"ablation_{plan.study}.{suffix}"))
+      shutil.copyfile(os.path.join(plan.directory, name), os.path.join(
+          _DOCS_DIR.value,
+          f"ablation_{plan.study}_{os.path.basename(plan.directory)}.{suffix}"))
   print(open(os.path.join(plan.directory, "results.md")).read())
 
 
