@@ -251,7 +251,7 @@ def plot(plan: Plan, rows: list[dict]) -> None:
   panels = [None] if len(plan.vary) == 1 else list(plan.algorithms)
   quantities = PROTOCOLS + (("train_loss", "train loss at the end"),)
   fig, axes = plt.subplots(len(quantities), len(panels), squeeze=False, sharey="row",
-                           figsize=(4.6 * len(panels) + 1, 3.2 * len(quantities)),
+                           figsize=(max(4.6 * len(panels) + 1, 8), 3.2 * len(quantities)),
                            layout="constrained")
   spread = max(first_values) / min(first_values) if min(first_values) > 0 else 1
   for column, panel in enumerate(panels):
@@ -266,7 +266,7 @@ def plot(plan: Plan, rows: list[dict]) -> None:
           scale = 1 if metric == "train_loss" else 100
           x = [v for v, _ in found]
           y = np.array([scale * s.mean for _, s in found])
-          err = np.array([scale * s.std if s.n > 1 else 0 for _, s in found])
+          err = np.nan_to_num([scale * s.std for _, s in found])
           name = label if panel else algorithm
           color = f"C{group_index}" if panel else f"C{plan.algorithms.index(algorithm)}"
           ax = axes[row][column]
@@ -278,8 +278,8 @@ def plot(plan: Plan, rows: list[dict]) -> None:
             ax.set_yscale("log")
           if spread >= 20:
             ax.set_xscale("log")
+          ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
           ax.set_xticks(first_values, [f"{v:g}" for v in first_values])
-          ax.minorticks_off()
           ax.grid(alpha=0.3)
       axes[0][column].set_title(panel or "")
       axes[-1][column].set_xlabel(first_name)
@@ -287,8 +287,9 @@ def plot(plan: Plan, rows: list[dict]) -> None:
         axes[0][column].legend(fontsize=8)
   shortened = (f", shortened: T = {plan.rounds} of the paper's {plan.paper_rounds}"
                if plan.rounds < plan.paper_rounds else f", T = {plan.rounds}")
-  fig.suptitle(f"Ablation {plan.study}: {plan.dataset}, {plan.degree}{shortened} "
-               "(last 10 evaluations; bars: seed std)")
+  fig.suptitle(f"Ablation {plan.study}: {plan.dataset}, {plan.degree}{shortened}\n"
+               "each point: the mean of the last 10 evaluations; bars: the std across seeds, "
+               "or with one seed across those evaluations")
   fig.savefig(os.path.join(plan.directory, "ablation.png"), dpi=110)
   plt.close(fig)
 
