@@ -380,19 +380,21 @@ def _seed_dirs(dataset: str, degree: str, algorithm: str) -> list[str]:
 
 def plot(dataset: str) -> None:
   """Train loss (top) and all-client test accuracy (bottom) per round, a column per
-  degree, a line per algorithm (several seeds: their mean, and a min-max band), one
+  degree that ran, a line per algorithm (several seeds: their mean, and a min-max band), one
   legend for the figure; shortened runs end where they stopped."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  fig, axes = plt.subplots(2, len(DEGREES), figsize=(5 * len(DEGREES), 8),
+  from tff_pflego.data import sources
+  root = os.path.join(_OUTPUT_DIR.value, dataset)
+  degrees = [g for g in DEGREES if os.path.isdir(os.path.join(root, g))]
+  fig, axes = plt.subplots(2, len(degrees), figsize=(max(5 * len(degrees), 8), 8),
                            layout="constrained", squeeze=False)
   handles = {}
-  root = os.path.join(_OUTPUT_DIR.value, dataset)
-  present = [a for g in DEGREES if os.path.isdir(os.path.join(root, g))
-             for a in os.listdir(os.path.join(root, g))]
-  for column, degree in enumerate(DEGREES):
+  present = [a for g in degrees for a in os.listdir(os.path.join(root, g))]
+  one_alphabet = sources.get_dataset_spec(dataset).partition == "alphabets"
+  for column, degree in enumerate(degrees):
     for algorithm in _ordered(present, ALGORITHM_ORDER):
       runs = [_rows(os.path.join(d, "metrics.csv"))
               for d in _seed_dirs(dataset, degree, algorithm)]
@@ -411,15 +413,17 @@ def plot(dataset: str) -> None:
                                          color=color, alpha=0.18, lw=0)
       label = algorithm + (f" ({len(runs)} seeds)" if len(runs) > 1 else "")
       handles.setdefault(label, line)
-    axes[0][column].set(title=DEGREE_TITLES.get(degree, degree), yscale="log",
+    axes[0][column].set(title="one alphabet per client" if one_alphabet
+                        else DEGREE_TITLES.get(degree, degree), yscale="log",
                         ylabel="train loss L(ψ) (log)")
     axes[1][column].set(xlabel="round", ylabel="test accuracy, all clients (%)")
     for ax in (axes[0][column], axes[1][column]):
       ax.grid(alpha=0.3)
-  fig.legend(handles.values(), handles.keys(), loc="outside lower center",
-             ncol=min(len(handles), 5), frameon=False)
-  fig.suptitle(f"{dataset}: train loss and all-client test accuracy per round (several "
-               "seeds: mean line, min-max band)")
+  if handles:  # none while every cell of the dataset is still running
+    fig.legend(handles.values(), handles.keys(), loc="outside lower center",
+               ncol=min(len(handles), 5), frameon=False)
+  fig.suptitle(f"{dataset}: train loss and all-client test accuracy per round\n"
+               "(several seeds: mean line, min-max band)")
   fig.savefig(os.path.join(_OUTPUT_DIR.value, f"{dataset}_curves.png"), dpi=110)
   plt.close(fig)
 
