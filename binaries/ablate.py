@@ -254,6 +254,7 @@ def plot(plan: Plan, rows: list[dict]) -> None:
                            figsize=(max(4.6 * len(panels) + 1, 8), 3.2 * len(quantities)),
                            layout="constrained")
   spread = max(first_values) / min(first_values) if min(first_values) > 0 else 1
+  log_x = spread >= 20
   for column, panel in enumerate(panels):
     for algorithm in [panel] if panel else plan.algorithms:
       for group_index, (label, second) in enumerate(_line_groups(plan)):
@@ -276,7 +277,7 @@ def plot(plan: Plan, rows: list[dict]) -> None:
           ax.set(ylabel=title + ("" if metric == "train_loss" else " (%)"))
           if metric == "train_loss":
             ax.set_yscale("log")
-          if spread >= 20:
+          if log_x:
             ax.set_xscale("log")
           ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
           ax.set_xticks(first_values, [f"{v:g}" for v in first_values])
@@ -285,11 +286,15 @@ def plot(plan: Plan, rows: list[dict]) -> None:
       axes[-1][column].set_xlabel(first_name)
       if axes[0][column].get_legend_handles_labels()[0]:
         axes[0][column].legend(fontsize=8)
+  low, high = min(first_values), max(first_values)
+  pad = 1.25 if log_x else 0.05 * (high - low or 1)
+  for ax in axes.flat:  # the same x range in every panel
+    ax.set_xlim(*((low / pad, high * pad) if log_x else (low - pad, high + pad)))
   shortened = (f", shortened: T = {plan.rounds} of the paper's {plan.paper_rounds}"
                if plan.rounds < plan.paper_rounds else f", T = {plan.rounds}")
   fig.suptitle(f"Ablation {plan.study}: {plan.dataset}, {plan.degree}{shortened}\n"
-               "each point: the mean of the last 10 evaluations; bars: the std across seeds, "
-               "or with one seed across those evaluations")
+               "points: mean of the last 10 evaluations; bars: std across seeds\n"
+               "(one seed: across those evaluations)", fontsize=10)
   fig.savefig(os.path.join(plan.directory, "ablation.png"), dpi=110)
   plt.close(fig)
 
