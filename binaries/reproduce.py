@@ -7,8 +7,9 @@ Each cell is `train.py` with the paper's settings (the same `run_experiment`), i
 `<output_dir>/<dataset>/<degree>/<algorithm>/seed<k>/` (`seed<k>_T<rounds>` when
 `--rounds` shortens the paper's T: such a cell is marked "shortened" in every table and
 never averaged with a full one). The paper's T is the round its tables report: 200, and
-1000 on Omniglot (Table 2 reports rounds 991-1000 of its T = 5000 runs). The grid is resumable: a cell with a summary.json is
-skipped, and a cell cut short resumes from its checkpoint. Writes, after every cell:
+1000 on Omniglot (Table 2 reports rounds 991-1000 of its T = 5000 runs). The grid is
+resumable: a finished cell is skipped, and a cell cut short resumes from its
+checkpoint. Writes, after every cell:
   results.csv   one row per cell: the mean and std of the last 10 evaluations; rows of
                 cells outside this invocation (other datasets, degrees, ...) are kept
   results.md    per dataset, one table per evaluation protocol (all clients; sampled
@@ -370,7 +371,7 @@ def _seed_dirs(dataset: str, degree: str, algorithm: str) -> list[str]:
   if not os.path.isdir(root):
     return []
   done = [os.path.join(root, name) for name in sorted(os.listdir(root))
-          if os.path.exists(os.path.join(root, name, "summary.json"))]
+          if cells.finished(os.path.join(root, name))]
   def rounds(directory):
     with open(os.path.join(directory, "summary.json")) as f:
       return json.load(f)["rounds"]
@@ -469,7 +470,7 @@ def main(argv) -> None:
            for a in _ALGORITHMS.value for s in _SEEDS.value]
   fresh = []
   for number, cell in enumerate(cells, 1):
-    done = os.path.exists(os.path.join(cell_dir(*cell), "summary.json"))
+    done = cells.finished(cell_dir(*cell))
     print(f"[{number}/{len(cells)}] {'/'.join(map(str, cell))}: "
           f"{'done, skipped' if done else 'missing' if _TABLES_ONLY.value else 'running'}",
           flush=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+
 import numpy as np
 
 from tff_pflego.training.grid import largest_rise
