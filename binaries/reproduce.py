@@ -193,10 +193,10 @@ def _table(results: list[dict], dataset: str, metric: str) -> list[str]:
   lines = ["| algorithm | " + " | ".join(DEGREES) + " |", "|---" * (len(DEGREES) + 1) + "|"]
   mine = [r for r in results if r["dataset"] == dataset]
   for algorithm in _ordered([r["algorithm"] for r in mine], ALGORITHM_ORDER):
-    cells = [_cell_text(grid.summarize(mine, dataset, degree, algorithm, metric),
+    texts = [_cell_text(grid.summarize(mine, dataset, degree, algorithm, metric),
                         PAPER_ACCURACY.get((dataset, algorithm, degree)))
              for degree in DEGREES]
-    lines.append(f"| {algorithm} | " + " | ".join(cells) + " |")
+    lines.append(f"| {algorithm} | " + " | ".join(texts) + " |")
   if all(line.endswith("| — | — | — |") for line in lines[2:]):
     return []  # no cell of this dataset has the metric
   if metric == "accuracy":
@@ -466,12 +466,12 @@ def main(argv) -> None:
     if degree not in DEGREES:
       raise UserError(f"--degrees: unknown degree {degree!r}; choose from "
                           f"{', '.join(DEGREES)}")
-  cells = [(d, g, a, int(s)) for d in _DATASETS.value for g in degrees_of(d)
-           for a in _ALGORITHMS.value for s in _SEEDS.value]
+  work = [(d, g, a, int(s)) for d in _DATASETS.value for g in degrees_of(d)
+          for a in _ALGORITHMS.value for s in _SEEDS.value]
   fresh = []
-  for number, cell in enumerate(cells, 1):
+  for number, cell in enumerate(work, 1):
     done = cells.finished(cell_dir(*cell))
-    print(f"[{number}/{len(cells)}] {'/'.join(map(str, cell))}: "
+    print(f"[{number}/{len(work)}] {'/'.join(map(str, cell))}: "
           f"{'done, skipped' if done else 'missing' if _TABLES_ONLY.value else 'running'}",
           flush=True)
     if not done:
