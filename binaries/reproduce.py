@@ -31,12 +31,13 @@ from __future__ import annotations
 # First: sets the logging defaults and a one-line Ctrl-C before TensorFlow loads.
 from tff_pflego import cli  # pylint: disable=g-bad-import-order
 
-import os
 import json
+import os
 
 from absl import flags
 import numpy as np
 
+from tff_pflego.config import paper_table_rounds
 from tff_pflego.errors import UserError
 from tff_pflego.training import cells
 
@@ -103,16 +104,9 @@ DATASET_ORDER = ("mnist", "fashion_mnist", "emnist_letters", "cifar10", "omniglo
 DEGREES = ("high", "medium", "none")
 
 
-def paper_rounds(dataset: str, degree: str) -> int:
-  """The rounds of the paper's table figure: a cell's T unless --rounds is given."""
-  del degree  # the same at every degree
-  from tff_pflego.config import paper_table_rounds
-  return paper_table_rounds(dataset)
-
-
 def cell_dir(dataset: str, degree: str, algorithm: str, seed: int) -> str:
   name = f"seed{seed}"
-  if _ROUNDS.value is not None and _ROUNDS.value != paper_rounds(dataset, degree):
+  if _ROUNDS.value is not None and _ROUNDS.value != paper_table_rounds(dataset):
     name += f"_T{_ROUNDS.value}"
   return os.path.join(_OUTPUT_DIR.value, dataset, degree, algorithm, name)
 
@@ -122,7 +116,7 @@ def run_cell(dataset: str, degree: str, algorithm: str, seed: int) -> None:
   from tff_pflego.experiment import ExperimentConfig
   config = ExperimentConfig(
       dataset=dataset, algorithm=algorithm, personalization=degree, seed=seed,
-      rounds=_ROUNDS.value or paper_rounds(dataset, degree),
+      rounds=_ROUNDS.value or paper_table_rounds(dataset),
       num_clients=_NUM_CLIENTS.value, eval_every=_EVAL_EVERY.value,
       output_dir=cell_dir(dataset, degree, algorithm, seed), progress=_PROGRESS.value)
   if _DATA_DIR.value:
@@ -172,7 +166,7 @@ def cell_result(dataset: str, degree: str, algorithm: str, seed: int) -> dict:
                                  TARGET),
               body_forward=passes.get("forward"), body_backward=passes.get("backward"),
               paper_accuracy=PAPER_ACCURACY.get((dataset, algorithm, degree)),
-              paper_rounds=paper_rounds(dataset, degree),
+              paper_rounds=paper_table_rounds(dataset),
               ceiling_mean=own_ceiling and own_ceiling["best_test_accuracy_mean"],
               run_dir=directory)
 
@@ -455,7 +449,7 @@ def previous_results() -> list[dict]:
   for row in rows:
     for field in FIELDS:
       row.setdefault(field, None)
-    row["paper_rounds"] = row["paper_rounds"] or paper_rounds(row["dataset"], row["degree"])
+    row["paper_rounds"] = row["paper_rounds"] or paper_table_rounds(row["dataset"])
   return rows
 
 
