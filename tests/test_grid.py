@@ -79,7 +79,7 @@ def test_largest_rise_is_the_worst_climb_above_the_best_so_far():
   assert grid.largest_rise([0.7, 0.9, 0.2, 0.3]) == pytest.approx(0.3 / 0.2)
 
 
-def test_a_ceiling_counts_only_on_the_partition_it_was_computed_on(tmp_path):
+def test_a_ceiling_counts_only_on_its_partition_and_by_the_current_recipe(tmp_path):
   import json
   import types
   from tff_pflego.errors import UserError
@@ -88,9 +88,14 @@ def test_a_ceiling_counts_only_on_the_partition_it_was_computed_on(tmp_path):
   run.mkdir()
   (run / "partition.json").write_text(json.dumps({"partition_fingerprint": "abc"}))
   assert ceiling.read_ceiling(str(run)) is None  # none computed
-  (run / "ceiling.json").write_text(json.dumps({"partition_fingerprint": "abc",
-                                                "best_test_accuracy_mean": 0.9}))
+  computed = {"partition_fingerprint": "abc", "best_test_accuracy_mean": 0.9,
+              **ceiling.RECIPE}
+  (run / "ceiling.json").write_text(json.dumps(computed))
   assert ceiling.read_ceiling(str(run))["best_test_accuracy_mean"] == 0.9
+  for name in ceiling.RECIPE:  # e.g. one computed before the heads' warm-up existed
+    (run / "ceiling.json").write_text(json.dumps({**computed, name: None}))
+    assert ceiling.read_ceiling(str(run)) is None
+  (run / "ceiling.json").write_text(json.dumps(computed))
   (run / "partition.json").write_text(json.dumps({"partition_fingerprint": "xyz"}))
   assert ceiling.read_ceiling(str(run)) is None  # the run's partition changed: stale
   other = types.SimpleNamespace(provenance={"partition_fingerprint": "abc"})

@@ -2,11 +2,17 @@
 
 The same model as PFLEGO's (the dataset's body, one K_i-class head per client,
 zero-initialized heads) is trained on every client's training examples at once, in
-shuffled minibatches of 128, with Adam(1e-3) on body and heads together:
+shuffled minibatches of 128, with Adam(1e-3):
 
   min_psi L(psi) = sum_i alpha_i L_i(theta, W_i),  alpha_i = n_i / n,
 
-whose minibatch estimate over pooled examples is unbiased. After each epoch every
+whose minibatch estimate over pooled examples is unbiased. First `HEAD_WARMUP_EPOCHS`
+epochs train the heads alone on the initial body, as every PFLEGO client fits its head
+before its first body gradient; then `epochs` epochs train body and heads together
+(each with its own Adam, so the body's moments start with its first gradient). Without
+the warm-up, the body's first gradients come through heads near zero, Adam scales them
+up to full steps, and the Conv4 body on Omniglot died within 50 steps (every ReLU
+feature 0, the accuracy at chance for all 10 epochs). After each joint epoch every
 client is scored with its own head; the ceiling is the best epoch's mean test accuracy
 over clients. The epoch is chosen by the test accuracy itself, so the figure is an
 optimistic bound on what minimizing L(psi) generalizes to on this partition, whatever
@@ -27,6 +33,10 @@ from tff_pflego.errors import UserError
 CEILING_FILE = "ceiling.json"
 BATCH_SIZE = 128
 LEARNING_RATE = 1e-3
+HEAD_WARMUP_EPOCHS = 1
+# What a ceiling.json must record to count: computed by this recipe.
+RECIPE = dict(batch_size=BATCH_SIZE, learning_rate=LEARNING_RATE,
+              head_warmup_epochs=HEAD_WARMUP_EPOCHS)
 
 
 def pooled(data, part: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -52,35 +62,43 @@ def central_objective_ceiling(data, seed: int, epochs: int, progress: bool = Tru
   heads = tf.Variable(tf.zeros([num_clients, body.output_shape[-1], k]))
   biases = tf.Variable(tf.zeros([num_clients, k]))
   sizes = tf.constant(data.num_classes, tf.int32)
-  variables = body.trainable_variables + [heads, biases]
-  adam = tf.keras.optimizers.Adam(LEARNING_RATE)
+  head_variables = [heads, biases]
+  head_adam = tf.keras.optimizers.Adam(LEARNING_RATE)
+  body_adam = tf.keras.optimizers.Adam(LEARNING_RATE)
 
   def logits(x, ids):
     raw = tf.einsum("nm,nmk->nk", body(x), tf.gather(heads, ids)) + tf.gather(biases, ids)
     return tf.where(tf.range(k)[None] < tf.gather(sizes, ids)[:, None], raw, -1e9)
 
-  @tf.function
-  def step(x, y, ids):
-    with tf.GradientTape() as tape:
-      loss = tf.reduce_mean(
-          tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits(x, ids)))
-    adam.apply_gradients(zip(tape.gradient(loss, variables), variables))
+  def step_fn(train_body: bool):
+    @tf.function
+    def step(x, y, ids):
+      variables = head_variables + (body.trainable_variables if train_body else [])
+      with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(
+            tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits(x, ids)))
+      gradients = tape.gradient(loss, variables)
+      head_adam.apply_gradients(zip(gradients[:2], head_variables))
+      if train_body:
+        body_adam.apply_gradients(zip(gradients[2:], body.trainable_variables))
+    return step
 
   predict = tf.function(lambda x, ids: tf.argmax(logits(x, ids), -1, output_type=tf.int32))
   (x, y, ids), test = pooled(data, "train"), pooled(data, "test")
   rng, curve = np.random.default_rng(seed), []
-  for _ in tqdm.trange(epochs, desc=f"central L(psi), seed {seed}", unit="epoch",
-                       dynamic_ncols=True, disable=not progress):
+  steps = [step_fn(train_body=False)] * HEAD_WARMUP_EPOCHS + [step_fn(True)] * epochs
+  for epoch in tqdm.trange(len(steps), desc=f"central L(psi), seed {seed}", unit="epoch",
+                           dynamic_ncols=True, disable=not progress):
     order = rng.permutation(len(y))
     for start in range(0, len(order), BATCH_SIZE):
       batch = order[start:start + BATCH_SIZE]
-      step(x[batch], y[batch], ids[batch])
-    correct = np.concatenate([predict(test[0][s:s + 2000], test[2][s:s + 2000]).numpy()
-                              for s in range(0, len(test[1]), 2000)]) == test[1]
-    curve.append(client_mean_accuracy(correct, test[2], num_clients))
-  return dict(seed=seed, epochs=epochs, batch_size=BATCH_SIZE, learning_rate=LEARNING_RATE,
-              curve=curve, best_test_accuracy_mean=max(curve),
-              best_epoch=int(np.argmax(curve)) + 1)
+      steps[epoch](x[batch], y[batch], ids[batch])
+    if epoch >= HEAD_WARMUP_EPOCHS:
+      correct = np.concatenate([predict(test[0][s:s + 2000], test[2][s:s + 2000]).numpy()
+                                for s in range(0, len(test[1]), 2000)]) == test[1]
+      curve.append(client_mean_accuracy(correct, test[2], num_clients))
+  return dict(seed=seed, epochs=epochs, **RECIPE, curve=curve,
+              best_test_accuracy_mean=max(curve), best_epoch=int(np.argmax(curve)) + 1)
 
 
 def _fingerprint(manifest_path: str) -> str:
@@ -98,6 +116,8 @@ def read_ceiling(run_dir: str) -> Optional[dict]:
   run_partition = os.path.join(run_dir, "partition.json")
   if ceiling.get("partition_fingerprint") != _fingerprint(run_partition):
     return None  # computed on another partition: stale
+  if any(ceiling.get(name) != value for name, value in RECIPE.items()):
+    return None  # computed by another recipe: stale
   return ceiling
 
 
