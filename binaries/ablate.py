@@ -254,7 +254,7 @@ def plot(plan: Plan, rows: list[dict]) -> None:
                            figsize=(max(4.6 * len(panels) + 1, 8), 3.2 * len(quantities)),
                            layout="constrained")
   spread = max(first_values) / min(first_values) if min(first_values) > 0 else 1
-  log_x = spread >= 20
+  log_x = spread >= 8  # e.g. 0.002, 0.006, 0.02: log-spaced values
   for column, panel in enumerate(panels):
     for algorithm in [panel] if panel else plan.algorithms:
       for group_index, (label, second) in enumerate(_line_groups(plan)):

@@ -58,10 +58,11 @@ class ClientSplits(tfds.core.GeneratorBasedBuilder):
   def __init__(self, *, image_shape: tuple[int, ...],
                partition: partition_lib.ClientPartition | None = None,
                arrays_fn: Callable[[], dict[str, sources.Arrays]] | None = None,
-               **kwargs):
+               rotations: int = 1, **kwargs):
     self._image_shape = tuple(image_shape)
     self._partition = partition
     self._arrays_fn = arrays_fn
+    self._rotations = rotations
     super().__init__(**kwargs)
 
   def _info(self) -> tfds.core.DatasetInfo:
@@ -85,14 +86,24 @@ class ClientSplits(tfds.core.GeneratorBasedBuilder):
     for i in range(p.num_clients):
       for part, indices, source in (("train", p.train_indices[i], p.train_source),
                                     ("test", p.test_indices[i], p.test_source)):
-        generators[split_name(i, part)] = self._generate_examples(
+        generators[split_name(i, part)] = self._generate_examples(*with_rotations(
             arrays[source].images[indices],
-            p.local_labels(i, arrays[source].labels[indices]))
+            p.local_labels(i, arrays[source].labels[indices]), self._rotations))
     return generators
 
   def _generate_examples(self, images: np.ndarray, labels: np.ndarray):
     for j, (image, label) in enumerate(zip(images, labels)):
       yield j, {"image": image, "label": label}
+
+
+def with_rotations(images: np.ndarray, labels: np.ndarray, rotations: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+  """Each (N, H, W, C) image followed by its rotations by 90, 180, ... degrees
+  (counterclockwise; `rotations` images in all), each with the image's label."""
+  if rotations == 1:
+    return images, labels
+  rotated = np.stack([np.rot90(images, k, axes=(1, 2)) for k in range(rotations)], axis=1)
+  return (rotated.reshape((-1,) + images.shape[1:]), np.repeat(labels, rotations))
 
 
 @dataclasses.dataclass
@@ -127,7 +138,7 @@ class FederatedData:
   def num_examples(self, part: str) -> np.ndarray:
     """N_i of every client's `part` ("train" or "test")."""
     indices = self.partition.train_indices if part == "train" else self.partition.test_indices
-    return np.array([len(i) for i in indices], np.int64)
+    return np.array([len(i) * self.spec.rotations for i in indices], np.int64)
 
   @property
   def num_classes(self) -> np.ndarray:
@@ -360,7 +371,7 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
                       f"{file_partition.num_clients} clients, not {num_clients}")
   name = partition_name(dataset, personalization, num_clients, seed, scheme, file_partition)
   manifest_path = os.path.join(data_dir, "partitions", name, "manifest.json")
-  builder_kwargs = dict(image_shape=spec.image_shape,
+  builder_kwargs = dict(image_shape=spec.image_shape, rotations=spec.rotations,
                         data_dir=os.path.join(data_dir, "tfds", "clients", name))
   prepared = sources.prepare(spec, data_dir, raw_data_dir)
   recorded = (file_manifest or {}).get("provenance", {}).get("dataset_fingerprint")
@@ -369,7 +380,7 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
                     f"(dataset fingerprint {recorded[:12]}) than the prepared "
                     f"{spec.display_name} ({prepared.fingerprint[:12]})")
   manifest = _verified_manifest(manifest_path, prepared.fingerprint,
-                                ClientSplits(**builder_kwargs).data_dir)
+                                ClientSplits(**builder_kwargs).data_dir, spec.rotations)
 
   if manifest is not None:
     partition = partition_lib.ClientPartition.from_json(manifest)
@@ -401,6 +412,7 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
         compute_stats=tfds.download.ComputeStatsMode.SKIP))
     content = {"dataset": dataset, "personalization": personalization,
                "num_clients": num_clients, "seed": seed, "scheme": scheme.record(spec),
+               **({"rotations": spec.rotations} if spec.rotations != 1 else {}),
                **partition.to_json(),
                "provenance": dict(dataset_fingerprint=prepared.fingerprint,
                                   raw_files=prepared.record["raw_files"])}
@@ -426,7 +438,7 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
 
 
 def _verified_manifest(manifest_path: str, dataset_fingerprint: str,
-                       client_dir: str) -> Optional[dict]:
+                       client_dir: str, rotations: int) -> Optional[dict]:
   """The manifest if it and its client files were built from this dataset, else None.
 
   Says in one line why an existing partition is rebuilt.
@@ -442,6 +454,9 @@ def _verified_manifest(manifest_path: str, dataset_fingerprint: str,
     reason = "records no provenance (made by an earlier version)"
   elif manifest.get("provenance", {}).get("dataset_fingerprint") != dataset_fingerprint:
     reason = "was built from other data than the prepared dataset"
+  elif manifest.get("rotations", 1) != rotations:
+    reason = (f"holds {manifest.get('rotations', 1)} rotation(s) of each example, "
+              f"the dataset {rotations}")
   elif provenance.sha256_json({k: v for k, v in manifest.items()
                                if k != "partition_fingerprint"}) != manifest[
                                    "partition_fingerprint"]:

@@ -126,6 +126,10 @@ class DatasetSpec:
   splits: tuple[str, ...] = ("train", "test")
   partition: str = "classes"  # "classes" (App. A.2) or "alphabets" (Omniglot)
   num_alphabets: Optional[int] = None  # "alphabets": how many (one client each)
+  # Each example is written to its client's file this many times, rotated by 0, 90, ...
+  # degrees, with its label (Omniglot: 4, the paper's). A manifest's indices name the
+  # unrotated examples, so all rotations of one drawing are on the same side of a split.
+  rotations: int = 1
   # sha256 of the public releases of each raw file (besides any TFDS registers).
   releases: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
 
@@ -205,7 +209,7 @@ DATASETS: dict[str, DatasetSpec] = {
                     ("images_background.npz", "images_evaluation.npz",
                      "alphabet_id_ranges.txt"),
                     _project(builders.OmniglotArrays), splits=("drawings",),
-                    partition="alphabets", num_alphabets=50, releases={
+                    partition="alphabets", num_alphabets=50, rotations=4, releases={
                         "images_background.npz": frozenset(
                             ["8bf84167413cd00beacdce3fe582f780ab538d8dbef043a6d688f2527bbce199"]),
                         "images_evaluation.npz": frozenset(
