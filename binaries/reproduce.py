@@ -281,8 +281,9 @@ def write_tables(results: list[dict]) -> None:
            "refitted first with tau - 1 head-only steps (what a deployed client would "
            "see; `--refit_eval`; cells run before it existed show —).", ""]
   lines += ["PFLEGO's central ceiling: its objective L(ψ) minimized centrally on the "
-            "cell's own partition (Adam, minibatches of 128, best epoch by test accuracy: "
-            "optimistic; `tff_pflego/training/ceiling.py`).", ""]
+            "cell's own partition (Adam, minibatches of 128, one epoch of the heads alone, "
+            "then the best joint epoch by test accuracy: optimistic; "
+            "`tff_pflego/training/ceiling.py`).", ""]
   for dataset in _ordered([r["dataset"] for r in results], DATASET_ORDER):
     note = [f"*{DATASET_NOTES[dataset]}*", ""] if dataset in DATASET_NOTES else []
     for title, metric in (("all clients", "accuracy"), ("sampled clients", "sampled_pooled"),
