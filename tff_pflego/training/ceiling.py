@@ -21,9 +21,10 @@ the federated optimizer.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -50,13 +51,22 @@ def client_mean_accuracy(correct: np.ndarray, ids: np.ndarray, num_clients: int)
   return float(np.mean([correct[ids == i].mean() for i in range(num_clients)]))
 
 
-def central_objective_ceiling(data, seed: int, epochs: int, progress: bool = True) -> dict:
-  """L(psi) trained centrally on `data`'s partition: the accuracy of each epoch."""
+@dataclasses.dataclass
+class CentralFit:
+  """The centrally trained model: body, heads [I, M, K_max] and biases [I, K_max]
+  (tf.Variables), and the mean test accuracy over clients after each joint epoch."""
+  body: Any
+  heads: Any
+  biases: Any
+  curve: list[float]
+
+
+def fit_central(data, seed: int, epochs: int, progress: bool = True) -> CentralFit:
+  """Minimizes L(psi) centrally on `data`'s partition (see the module docstring)."""
   import tensorflow as tf
   import tqdm
   from tff_pflego.models import build_body
 
-  tf.keras.utils.set_random_seed(seed)
   body = build_body(data.spec.body, data.spec.image_shape, seed)
   num_clients, k = data.num_clients, int(data.num_classes.max())
   heads = tf.Variable(tf.zeros([num_clients, body.output_shape[-1], k]))
@@ -97,6 +107,12 @@ def central_objective_ceiling(data, seed: int, epochs: int, progress: bool = Tru
       correct = np.concatenate([predict(test[0][s:s + 2000], test[2][s:s + 2000]).numpy()
                                 for s in range(0, len(test[1]), 2000)]) == test[1]
       curve.append(client_mean_accuracy(correct, test[2], num_clients))
+  return CentralFit(body, heads, biases, curve)
+
+
+def central_objective_ceiling(data, seed: int, epochs: int, progress: bool = True) -> dict:
+  """L(psi) trained centrally on `data`'s partition: the accuracy of each epoch."""
+  curve = fit_central(data, seed, epochs, progress).curve
   return dict(seed=seed, epochs=epochs, **RECIPE, curve=curve,
               best_test_accuracy_mean=max(curve), best_epoch=int(np.argmax(curve)) + 1)
 
