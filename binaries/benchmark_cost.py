@@ -11,7 +11,8 @@ counts reading the data from the simulation's files, a cost both pay alike) and 
 body passes counted at run time. The cost model allows
 FedAvg / PFLEGO = tau / 2 = 25 (2 forward + 1 backward pass against tau of each);
 the goal is >= 12. Writes benchmark_cost.json and benchmark_cost.png, and with Conv4
-round times table3.md: the paper's Table 3 (seconds per Omniglot round) beside ours.
+round times table3.md / table3.png: the paper's Table 3 (seconds per Omniglot round)
+beside ours.
 Table 3 alone, every algorithm (about 50 min on 2 cores, FedAvg's round ~100 s):
 
   python binaries/benchmark_cost.py --output_dir=runs/table3 --mlp_rounds=0 \
@@ -163,6 +164,42 @@ def write_table_3(path: str, result: dict) -> None:
     f.write("\n".join(lines) + "\n")
 
 
+def plot_table_3(path: str, result: dict) -> None:
+  """Each algorithm's seconds per Omniglot round as a multiple of PFLEGO's, ours beside
+  the paper's (log scale: the two span 1.5x to 90x)."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  import numpy as np
+  from tff_pflego.config import PAPER_OMNIGLOT_SECONDS_PER_ROUND as PAPER
+
+  reference = _ALGORITHMS.value[0]
+  names = [n for n in result["round_time"] if n != reference]
+  ours = [result["round_time"][n]["vs_reference"] for n in names]
+  paper = [PAPER[n] / PAPER[reference] if n in PAPER else np.nan for n in names]
+  x = np.arange(len(names))
+  fig, ax = plt.subplots(figsize=(7.5, 4), constrained_layout=True)
+  for offset, values, label, color in ((-0.2, ours, "ours, 2 CPU cores", "tab:blue"),
+                                       (0.2, paper, "paper, its GPU", "tab:gray")):
+    bars = ax.bar(x + offset, values, 0.4, label=label, color=color)
+    for bar, value in zip(bars, values):
+      center = bar.get_x() + bar.get_width() / 2
+      if np.isfinite(value):
+        ax.annotate(f"{value:.1f}x", (center, value), ha="center", va="bottom", fontsize=8)
+      else:
+        ax.annotate("not in\nthe paper", (center, 1.1), ha="center", va="bottom", fontsize=7)
+  ax.set_yscale("log")
+  ax.axhline(1, color="tab:green", lw=1.5, label=f"{reference} (= 1)")
+  ax.set_xticks(x, names)
+  ax.set(ylabel=f"seconds per round / {reference}'s")
+  ax.set_title("Table 3: seconds per Omniglot round relative to "
+               f"{reference} (lower is better)", fontsize=10)
+  ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3)
+  ax.grid(axis="y", alpha=0.3, which="both")
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
 def main(argv) -> None:
   from tff_pflego import runtime
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
@@ -192,6 +229,7 @@ def main(argv) -> None:
     json.dump(results, f, indent=1)
   if "round_time" in results.get("conv4", {}):
     write_table_3(os.path.join(_OUTPUT_DIR.value, "table3.md"), results["conv4"])
+    plot_table_3(os.path.join(_OUTPUT_DIR.value, "table3.png"), results["conv4"])
   plot(os.path.join(_OUTPUT_DIR.value, "benchmark_cost.png"), results)
   if any(result["algorithms"] for result in results.values()):
     print(f"\n{'body':6s} {'algorithm':9s} {'compute s':>10s} {'ratio':>7s} "
