@@ -21,6 +21,8 @@ A run whose summary.json exists is read, not rerun. Writes <docs_dir>/<dataset>.
 (relative suboptimality, and estimation error or test accuracy, against
 communications; one column per problem), <docs_dir>/<dataset>_ablations.png (the
 p_w and reparametrization variants beside the theory's run) and
+<docs_dir>/<dataset>_repetitions.png/.json (cells run at several seeds: the paper's
+view, raw F and the estimation error with mean +-1 and +-2 std bands) and
 <docs_dir>/results.md (communications to reach 1e-2 / 1e-4 / 1e-6, final values,
 seconds per 1000 communications) over every run found.
 """
@@ -198,6 +200,9 @@ def main(argv: list[str]) -> None:
     if varied:
       _plot({c: r for c, r in results.items() if (c.problem, c.algorithm) in varied},
             os.path.join(docs, f"{dataset}_ablations.png"))
+    repeated = _repeated({c: r for c, r in results.items() if c.name == dataset})
+    if repeated:
+      _plot_repetitions(repeated, os.path.join(docs, f"{dataset}_repetitions"))
   _table(results, os.path.join(docs, "results.md"))
   if flags.FLAGS.mt_alpha:
     _alpha_table(results, os.path.join(docs, "mt_alpha.md"))
@@ -251,6 +256,72 @@ def _draw(ax, runs: list, value, label: str, style: dict) -> None:
   if len(runs) > 1:
     ax.fill_between(rounds, values.min(axis=0), values.max(axis=0),
                     color=style["color"], alpha=0.15, lw=0)
+
+
+def _repeated(results: dict) -> dict:
+  """(a seed's cell, problem) -> each seed's metrics rows, for cells run at >1 seed."""
+  return {key: runs for key, runs in _by_seeds(results).items() if len(runs) > 1}
+
+
+def seed_bands(values) -> tuple:
+  """Mean and sample standard deviation (ddof 1) over seeds, per evaluation point.
+
+  values: [seeds, points]. The paper's Figures 1-2 draw mean +- k std, k in {0, 1, 2}.
+  """
+  import numpy as np
+  values = np.asarray(values, dtype=np.float64)
+  return values.mean(axis=0), values.std(axis=0, ddof=1)
+
+
+def _plot_repetitions(repeated: dict, stem: str) -> None:
+  """The paper's view of repeated runs: raw F (linear axis) and the estimation error
+  (or test accuracy), mean with +-1 and +-2 std bands over the optimizers' seeds.
+  Writes <stem>.png and <stem>.json (every plotted number)."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  problems = sorted({(k[0].objective, k[0].sigma or 0, k[0].classes or 0, k[0].title)
+                     for k in repeated})
+  labels = sorted({k[0].label for k in repeated})
+  colors = {label: f"C{i % 10}" for i, label in enumerate(labels)}
+  fig, axes = plt.subplots(2, len(problems), figsize=(3.8 * len(problems), 6.4),
+                           squeeze=False)
+  record = []
+  for (cell, problem), runs in repeated.items():
+    column = [p[:3] for p in problems].index(
+        (cell.objective, cell.sigma or 0, cell.classes or 0))
+    length = min(len(rows) for rows in runs)
+    rounds = [rows["round"] for rows in runs[0][:length]]
+    second = "estimation_error" if cell.sigma is not None else "test_accuracy"
+    entry = dict(problem=problem, optimizer=cell.label, seeds=len(runs), rounds=rounds)
+    for row, key in ((0, "objective"), (1, second)):
+      mean, std = seed_bands([[r[key] for r in rows[:length]] for rows in runs])
+      entry[key] = dict(mean=mean.tolist(), std=std.tolist())
+      ax = axes[row][column]
+      color = colors[cell.label]
+      ax.plot(rounds, mean, color=color, lw=1.2,
+              label=f"{cell.label} (mean of {len(runs)} seeds)")
+      for k, alpha in ((1, 0.25), (2, 0.12)):
+        ax.fill_between(rounds, mean - k * std, mean + k * std, color=color,
+                        alpha=alpha, lw=0)
+    record.append(entry)
+  for column, (_, _, _, title) in enumerate(problems):
+    axes[0][column].set_title(title, fontsize=10)
+    axes[0][column].legend(fontsize=6)
+    axes[1][column].set_xlabel("communications")
+    for row in (0, 1):
+      axes[row][column].grid(True, alpha=0.3)
+  synthetic_plot = any(k[0].sigma is not None for k in repeated)
+  axes[0][0].set_ylabel("training loss F (mean, +-1 and +-2 std)")
+  axes[1][0].set_ylabel("estimation error" if synthetic_plot else "test accuracy")
+  name = next(iter(repeated))[0].name
+  fig.suptitle(f"{name}: repetitions over the optimizers' seeds, data fixed "
+               "(binaries/reproduce_unified.py --repetitions)", fontsize=9)
+  fig.tight_layout()
+  fig.savefig(stem + ".png", dpi=110)
+  plt.close(fig)
+  with open(stem + ".json", "w") as f:
+    json.dump(record, f)
 
 
 def _plot(results: dict, path: str) -> None:
@@ -339,9 +410,9 @@ def _repetitions_table(results: dict) -> list[str]:
   if not repeated:
     return []
   lines = ["", "Repetitions (`--repetitions`: the optimizers' seeds; the data stay): "
-           "median [min, max] over the seeds.", "",
-           "| problem | optimizer | seeds | comms to 1e-2 | final (F-F*)/F* |",
-           "|---|---|---|---|---|"]
+           "median [min, max] over the seeds; final F as mean +- sample std.", "",
+           "| problem | optimizer | seeds | comms to 1e-2 | final (F-F*)/F* | final F |",
+           "|---|---|---|---|---|---|"]
   for (cell, _), summaries in repeated.items():
     finals = [s["final"]["relative_suboptimality"] for s in summaries]
     reach = [s["communications_to_reach"]["0.01"] for s in summaries]
@@ -349,9 +420,10 @@ def _repetitions_table(results: dict) -> list[str]:
     reach_text = (f"{np.median(reached):.0f} [{min(reached)}, {max(reached)}]"
                   + (f", {len(reach) - len(reached)} never" if len(reached) < len(reach)
                      else "") if reached else "-")
+    mean, std = seed_bands([[s["final"]["objective"]] for s in summaries])
     lines.append(f"| {cell.name} {cell.title} | {cell.label} | {len(summaries)} | "
                  f"{reach_text} | {np.median(finals):.2e} [{min(finals):.2e}, "
-                 f"{max(finals):.2e}] |")
+                 f"{max(finals):.2e}] | {mean[0]:.6f} +- {std[0]:.1e} |")
   return lines
 
 

@@ -137,8 +137,22 @@ def test_reproduce_unified_is_resumable_and_tabulates_its_runs(tmp_path):
   finals = sorted(s["final"]["relative_suboptimality"] for s in seeds)
   assert finals[0] != finals[1]
   median = (finals[0] + finals[1]) / 2
-  assert (f"| l2sgd_plus | 2 | - | {median:.2e} [{finals[0]:.2e}, {finals[1]:.2e}] |"
-          in table)
+  objectives = [s["final"]["objective"] for s in seeds]
+  mean, std = sum(objectives) / 2, abs(objectives[0] - objectives[1]) / 2 ** 0.5
+  assert (f"| l2sgd_plus | 2 | - | {median:.2e} [{finals[0]:.2e}, {finals[1]:.2e}] | "
+          f"{mean:.6f} +- {std:.1e} |" in table)
+  # The paper's view of the seeds: mean and sample std of F at every evaluation.
+  bands = json.loads((tmp_path / "docs" / "synthetic_mx2_repetitions.json").read_text())
+  band = next(b for b in bands if b["optimizer"] == "l2sgd_plus")
+  curves = [[float(r["objective"]) for r in csv.DictReader(open(problem / name /
+                                                                "metrics.csv"))]
+            for name in ("l2sgd_plus", "l2sgd_plus_seed1")]
+  assert band["seeds"] == 2 and band["rounds"] == [0, 2, 4]
+  np.testing.assert_allclose(band["objective"]["mean"], np.mean(curves, axis=0),
+                             rtol=1e-12)
+  np.testing.assert_allclose(band["objective"]["std"],
+                             np.abs(np.subtract(*curves)) / np.sqrt(2), rtol=1e-12)
+  assert (tmp_path / "docs" / "synthetic_mx2_repetitions.png").stat().st_size > 10_000
   # A run cut short (metrics.csv, no summary.json) is run again; the others are read.
   cut = problem / "l2sgd_plus_seed1"
   (cut / "summary.json").unlink()
