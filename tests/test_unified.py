@@ -3,6 +3,7 @@ expectations, a central float64 optimum and hand-written numpy references."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -166,6 +167,38 @@ def test_solver_reaches_the_optimum_to_1e_10():
     w = optimum.w + 1e-4 * rng.normal(size=optimum.w.shape)
     betas = optimum.betas + 1e-4 * rng.normal(size=optimum.betas.shape)
     assert objectives.objective_value(objective, w, betas, data) > optimum.value
+
+
+@pytest.mark.parametrize("n,d", [(5, 12), (12, 5)])
+def test_largest_gram_eigenvalue_from_the_smaller_gram(n, d):
+  """max_m lambda_max(X_m^T X_m) / n, whichever Gram matrix is decomposed."""
+  x = np.random.default_rng(1).normal(size=(3, n, d))
+  want = max(np.linalg.eigvalsh(xm.T @ xm)[-1] for xm in x) / n
+  assert constants._largest_gram_eigenvalue(x) == pytest.approx(want, rel=1e-12)
+
+
+def test_solve_once_shares_an_optimum_only_within_one_problem(monkeypatch):
+  """Equal objective and data: one solve; a changed example or penalty: a new one,
+  equal to solving from scratch."""
+  monkeypatch.setattr(solver, "_SOLVED", {})
+  solve, calls = solver.solve, []
+  monkeypatch.setattr(solver, "solve",
+                      lambda *args, **kw: calls.append(args) or solve(*args, **kw))
+  data = _data(m=2, n=5, d=3, seed=7)
+  objective = _objective("mx2", data)
+  first = solver.solve_once(objective, data, 0.05)
+  again = solver.solve_once(objective, DeviceData(data.x.copy(), data.y.copy()), 0.05)
+  assert again is first and len(calls) == 1
+  assert not first.w.flags.writeable and not first.betas.flags.writeable
+  x = data.x.copy()
+  x[1, 2, 0] += 1e-3
+  moved = DeviceData(x, data.y)
+  other = solver.solve_once(objective, moved, 0.05)
+  assert len(calls) == 2 and other.value != first.value
+  assert other.value == solve(objective, moved, 0.05).value
+  stronger = dataclasses.replace(objective, penalty=0.6)
+  assert solver.solve_once(stronger, data, 0.05).value == solve(stronger, data, 0.05).value
+  assert len(calls) == 3
 
 
 # --- estimators ----------------------------------------------------------------------

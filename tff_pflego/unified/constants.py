@@ -76,9 +76,14 @@ def _with_bias(x: np.ndarray) -> np.ndarray:
 
 
 def _largest_gram_eigenvalue(x: np.ndarray) -> float:
-  """max over devices of lambda_max(X_m^T X_m) / n."""
-  n = x.shape[1]
-  return max(float(np.linalg.eigvalsh(xm.T @ xm / n)[-1]) for xm in x)
+  """max over devices of lambda_max(X_m^T X_m) / n.
+
+  X_m^T X_m (d x d) and X_m X_m^T (n x n) have the same nonzero eigenvalues, so the
+  smaller of the two is decomposed (real data: n = 100 examples of up to d = 3073
+  features, 100^3 instead of 3073^3 operations per device)."""
+  n, d = x.shape[1], x.shape[2]
+  gram = (lambda xm: xm @ xm.T) if n < d else (lambda xm: xm.T @ xm)
+  return max(float(np.linalg.eigvalsh(gram(xm) / n)[-1]) for xm in x)
 
 
 def curvatures(objective: Objective, data: DeviceData,

@@ -168,8 +168,8 @@ def build_problem(config: UnifiedConfig) -> Problem:
   mu = constants.paper_mu(objective) if config.paper_mu else None
   params = constants.step_parameters(block, data.num_examples, p_w=config.p_w, mu=mu)
   # The ridge is a global strong convexity: the solver certifies F* with it.
-  optimum = solver.solve(objective, data, strong_convexity=block.mu if mu_prime is None
-                         else 0.0)
+  optimum = solver.solve_once(objective, data,
+                              strong_convexity=block.mu if mu_prime is None else 0.0)
   return Problem(objective, data, block, params, optimum, extras, provenance)
 
 
