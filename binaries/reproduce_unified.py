@@ -204,7 +204,8 @@ def main(argv: list[str]) -> None:
             os.path.join(docs, f"{dataset}_ablations.png"))
     repeated = _repeated({c: r for c, r in results.items() if c.name == dataset})
     if repeated:
-      _plot_repetitions(repeated, os.path.join(docs, f"{dataset}_repetitions"))
+      optima = {c.problem: s["final"]["optimum"] for c, (s, _) in results.items()}
+      _plot_repetitions(repeated, optima, os.path.join(docs, f"{dataset}_repetitions"))
   _table(results, os.path.join(docs, "results.md"))
   if flags.FLAGS.mt_alpha:
     _alpha_table(results, os.path.join(docs, "mt_alpha.md"))
@@ -275,10 +276,12 @@ def seed_bands(values) -> tuple:
   return values.mean(axis=0), values.std(axis=0, ddof=1)
 
 
-def _plot_repetitions(repeated: dict, stem: str) -> None:
-  """The paper's view of repeated runs: raw F (linear axis) and the estimation error
-  (or test accuracy), mean with +-1 and +-2 std bands over the optimizers' seeds.
-  Writes <stem>.png and <stem>.json (every plotted number)."""
+def _plot_repetitions(repeated: dict, optima: dict, stem: str) -> None:
+  """The paper's view of repeated runs: raw F (linear axis, F* dashed; the y range
+  leaves out the first 5 % of the run, where every method starts from F(0)) and the
+  estimation error (or test accuracy), mean with +-1 and +-2 std bands over the
+  optimizers' seeds. Writes <stem>.png and <stem>.json (every plotted number)."""
+  import numpy as np
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
@@ -286,9 +289,9 @@ def _plot_repetitions(repeated: dict, stem: str) -> None:
                      for k in repeated})
   labels = sorted({k[0].label for k in repeated})
   colors = {label: f"C{i % 10}" for i, label in enumerate(labels)}
-  fig, axes = plt.subplots(2, len(problems), figsize=(3.8 * len(problems), 6.4),
+  fig, axes = plt.subplots(2, len(problems), figsize=(max(3.8 * len(problems), 6.0), 6.4),
                            squeeze=False)
-  record = []
+  record, top = [], {}
   for (cell, problem), runs in repeated.items():
     column = [p[:3] for p in problems].index(
         (cell.objective, cell.sigma or 0, cell.classes or 0))
@@ -303,12 +306,23 @@ def _plot_repetitions(repeated: dict, stem: str) -> None:
       color = colors[cell.label]
       ax.plot(rounds, mean, color=color, lw=1.2,
               label=f"{cell.label} (mean of {len(runs)} seeds)")
+      if row == 0:
+        settled = len(rounds) // 20
+        top[column] = max(top.get(column, optima[problem]),
+                          float(np.max(mean[settled:] + 2 * std[settled:])))
       for k, alpha in ((1, 0.25), (2, 0.12)):
         ax.fill_between(rounds, mean - k * std, mean + k * std, color=color,
                         alpha=alpha, lw=0)
     record.append(entry)
+  for (cell, problem) in repeated:
+    column = [p[:3] for p in problems].index(
+        (cell.objective, cell.sigma or 0, cell.classes or 0))
+    optimum = optima[problem]
+    axes[0][column].axhline(optimum, color="k", ls="--", lw=0.8)
+    axes[0][column].set_ylim(optimum - 0.1 * (top[column] - optimum),
+                             top[column] + 0.1 * (top[column] - optimum))
   for column, (_, _, _, title) in enumerate(problems):
-    axes[0][column].set_title(title, fontsize=10)
+    axes[0][column].set_title(title + " (F* dashed)", fontsize=10)
     axes[0][column].legend(fontsize=6)
     axes[1][column].set_xlabel("communications")
     for row in (0, 1):
@@ -317,7 +331,7 @@ def _plot_repetitions(repeated: dict, stem: str) -> None:
   axes[0][0].set_ylabel("training loss F (mean, +-1 and +-2 std)")
   axes[1][0].set_ylabel("estimation error" if synthetic_plot else "test accuracy")
   name = next(iter(repeated))[0].name
-  fig.suptitle(f"{name}: repetitions over the optimizers' seeds, data fixed "
+  fig.suptitle(f"{name}: repetitions over the optimizers' seeds, data fixed\n"
                "(binaries/reproduce_unified.py --repetitions)", fontsize=9)
   fig.tight_layout()
   fig.savefig(stem + ".png", dpi=110)
