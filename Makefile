@@ -55,12 +55,25 @@ crosscheck: setup
 	$(PY) binaries/crosscheck_accuracy.py --tff_run=runs/fashion_mnist_high \
 	    --output_dir=runs/crosscheck
 
-## The unified framework: synthetic MX2 / EWS with every optimizer (~40 min), then the
-## MNIST c = 2 grid (MT2 / MX2 / APFL2 x LSGD / ASCD / ASVRCD) and its ablations.
+## The unified framework: synthetic MX2 / EWS with every optimizer (~40 min), the
+## real-data grid (5 datasets x c = 2, 4, 8 x MT2 / MX2 / APFL2 x LSGD / ASCD / ASVRCD,
+## 135 runs, ~4-5 h on 2 cores) and the ablations; resumable, runs already made are read.
 reproduce-unified: setup
 	$(PY) binaries/reproduce_unified.py --output_dir=runs/unified --docs_dir=docs/unified
-	$(PY) binaries/reproduce_unified.py --datasets=mnist --classes=2 \
+	$(PY) binaries/reproduce_unified.py --datasets=synthetic_mx2 --heterogeneity=0.3 \
+	    --algorithms=ascd_pfl,asvrcd_pfl,l2sgd_plus --repetitions=5 \
+	    --output_dir=runs/unified --docs_dir=docs/unified
+	$(PY) binaries/reproduce_unified.py --datasets=synthetic_mx2 --heterogeneity=0.3 \
+	    --algorithms=lsgd_pfl,scd_pfl,ascd_pfl --devices_per_round=5,10 \
+	    --output_dir=runs/unified --docs_dir=docs/unified
+	$(PY) binaries/reproduce_unified.py \
+	    --datasets=mnist,fashion_mnist,emnist_letters,cifar10,cifar10_colour --classes=2,4,8 \
 	    --algorithms=lsgd_pfl,ascd_pfl,asvrcd_pfl --output_dir=runs/unified --docs_dir=docs/unified
+	$(PY) binaries/reproduce_unified.py --datasets=cifar10 --objectives=apfl2 --classes=4,8 \
+	    --algorithms=ascd_pfl --p_w=0.1,0.3 --output_dir=runs/unified --docs_dir=docs/unified
+	$(PY) binaries/reproduce_unified.py --datasets=mnist --classes=2 --objectives=mt2 \
+	    --algorithms=ascd_pfl --mt_alpha=0.1,0.3,3,10,100 --output_dir=runs/unified \
+	    --docs_dir=docs/unified
 	$(PY) binaries/reproduce_unified.py --datasets=mnist --classes=2 --objectives=mx2 \
 	    --algorithms=ascd_pfl --p_w=0.1,0.3,0.5,0.7,0.9 --no_reparametrize \
 	    --output_dir=runs/unified --docs_dir=docs/unified

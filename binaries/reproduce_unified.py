@@ -45,6 +45,8 @@ from absl import flags
 from tff_pflego.errors import UserError
 from tff_pflego.unified import experiment, registry, synthetic
 
+WORKER_RETRIES = 2  # new workers for a grid whose worker died
+
 flags.DEFINE_string("output_dir", "runs/unified", "Where each run's outputs go.")
 flags.DEFINE_string("docs_dir", "docs/unified", "Where the figures and table go.")
 flags.DEFINE_list("datasets", list(synthetic.SYNTHETIC), "Problems to run.")
@@ -184,13 +186,7 @@ def main(argv: list[str]) -> None:
   cells = _cells()
   for cell in cells:
     cell.config().check()
-  with runtime.execution_context():
-    for cell in cells:
-      config = cell.config()
-      if not os.path.exists(os.path.join(config.output_dir, "summary.json")):
-        print(f"{cell.problem} {cell.label}: {config.rounds} communications")
-        # A run cut short (no summary.json) has no checkpoint: it starts again.
-        experiment.run(dataclasses.replace(config, overwrite=True))
+  run_cells(cells, experiment.run, runtime.execution_context)
   results = _collect()
   docs = flags.FLAGS.docs_dir
   os.makedirs(docs, exist_ok=True)
@@ -210,6 +206,30 @@ def main(argv: list[str]) -> None:
   if flags.FLAGS.mt_alpha:
     _alpha_table(results, os.path.join(docs, "mt_alpha.md"))
   print(f"wrote {docs}/<dataset>.png and {docs}/results.md")
+
+
+def run_cells(cells: list[Cell], run, context, retries: int = WORKER_RETRIES) -> None:
+  """Runs every cell without a summary.json, in order, inside `context()`. A run cut
+  short (no summary.json) has no checkpoint: it starts again. When the TFF worker dies
+  (a crash outside the run's control: a segfault in its gRPC server thread ended a
+  grid after 31 runs), a new context (a new worker) runs the interrupted cell again,
+  up to `retries` times in all."""
+  from tff_pflego.errors import WorkerLostError
+  pending = [c for c in cells
+             if not os.path.exists(os.path.join(c.config().output_dir, "summary.json"))]
+  while pending:
+    try:
+      with context():
+        while pending:
+          config = pending[0].config()
+          print(f"{pending[0].problem} {pending[0].label}: {config.rounds} communications")
+          run(dataclasses.replace(config, overwrite=True))
+          pending.pop(0)
+    except WorkerLostError as e:
+      if retries == 0:
+        raise
+      retries -= 1
+      print(f"  {e}; a new worker runs the cell again", flush=True)
 
 
 def _collect() -> dict[Cell, tuple[dict, list[dict]]]:

@@ -165,16 +165,64 @@ def test_reproduce_unified_is_resumable_and_tabulates_its_runs(tmp_path):
   assert (tmp_path / "docs" / "synthetic_mx2.png").stat().st_size > 10_000
 
 
+def _reproduce_unified():
+  """binaries/reproduce_unified.py as a module (loaded once: it defines absl flags)."""
+  if "reproduce_unified" not in sys.modules:
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "reproduce_unified", os.path.join(REPO, "binaries", "reproduce_unified.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+  return sys.modules["reproduce_unified"]
+
+
+def test_run_cells_reruns_a_cell_cut_by_a_lost_worker_with_a_new_worker(tmp_path):
+  """A finished cell is skipped; the worker dies during the second of two cells: a new
+  context runs that cell again and the grid goes on; with no retries left it stops."""
+  import contextlib
+  from tff_pflego.errors import WorkerLostError
+  module = _reproduce_unified()
+  module.flags.FLAGS(["reproduce_unified", f"--output_dir={tmp_path}"])
+  try:
+    cells = [module.Cell("synthetic_mx2", "mx2", 0.3, None, a)
+             for a in ("ascd_pfl", "lsgd_pfl", "scd_pfl", "l2sgd_plus")]
+    os.makedirs(cells[0].config().output_dir)
+    open(os.path.join(cells[0].config().output_dir, "summary.json"), "w").close()
+    runs, contexts, failures = [], [], {cells[2].run_name: 1}
+
+    def run(config):
+      name = os.path.basename(config.output_dir)
+      runs.append((name, config.overwrite, len(contexts)))
+      if failures.get(name):
+        failures[name] -= 1
+        raise WorkerLostError("the TFF worker (pid 1) exited with code -11")
+      os.makedirs(config.output_dir, exist_ok=True)
+      open(os.path.join(config.output_dir, "summary.json"), "w").close()
+
+    @contextlib.contextmanager
+    def context():
+      contexts.append("open")
+      yield
+      contexts[-1] = "closed"
+
+    module.run_cells(cells, run, context, retries=1)
+    assert runs == [("lsgd_pfl", True, 1), ("scd_pfl", True, 1), ("scd_pfl", True, 2),
+                    ("l2sgd_plus", True, 2)]
+    assert contexts == ["open", "closed"]  # the first one ended by the worker's death
+    failures[cells[3].run_name] = 1
+    os.remove(os.path.join(cells[3].config().output_dir, "summary.json"))
+    with pytest.raises(WorkerLostError):
+      module.run_cells(cells, run, context, retries=0)
+  finally:
+    module.flags.FLAGS.unparse_flags()
+
+
 def test_claims_table_compares_the_optimizers_per_problem():
   """Hand-made curves: ASCD reaches LSGD's final 0.08 at communication 6 of 8 (0.05),
   LSGD's final is 4x ASCD's 0.02, ASVRCD's 0.005 is a quarter of it; a problem without
   ASVRCD is left out, as is a variant or a second seed."""
-  import importlib.util
-  spec = importlib.util.spec_from_file_location(
-      "reproduce_unified", os.path.join(REPO, "binaries", "reproduce_unified.py"))
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module  # dataclasses resolve their module by name
-  spec.loader.exec_module(module)
+  module = _reproduce_unified()
 
   def rows(values):
     return [dict(round=float(2 * i), relative_suboptimality=v) for i, v in enumerate(values)]
