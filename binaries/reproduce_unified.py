@@ -17,7 +17,11 @@ w / sqrt(M) reparametrization, `--mt_alpha=0.1,10,...` MT2 at those relaxations 
 optimizers that allow partial participation). `--datasets=cifar10_colour`: CIFAR-10
 with its 3072 colour features.
 
-A run whose summary.json exists is read, not rerun. Writes <docs_dir>/<dataset>.png
+A run whose summary.json exists is read, not rerun, and so is a run recorded under
+<docs_dir>/runs: every finished run's summary.json and metrics (gzipped) are kept there
+(`--keep_records`, in git), so a fresh clone redraws every figure and table without
+running anything. Several invocations can share an --output_dir: a cell being run by
+another live process is skipped (`<run>.claim`). Writes <docs_dir>/<dataset>.png
 (relative suboptimality, and estimation error or test accuracy, against
 communications; one column per problem), <docs_dir>/<dataset>_ablations.png (the
 p_w and reparametrization variants beside the theory's run) and
@@ -33,7 +37,6 @@ from __future__ import annotations
 
 from tff_pflego import cli  # pylint: disable=g-bad-import-order
 
-import csv
 import dataclasses
 import functools
 import json
@@ -42,6 +45,7 @@ from typing import Optional
 
 from absl import flags
 
+from tff_pflego import records
 from tff_pflego.errors import UserError
 from tff_pflego.unified import experiment, registry, synthetic
 
@@ -49,6 +53,9 @@ WORKER_RETRIES = 2  # new workers for a grid whose worker died
 
 flags.DEFINE_string("output_dir", "runs/unified", "Where each run's outputs go.")
 flags.DEFINE_string("docs_dir", "docs/unified", "Where the figures and table go.")
+flags.DEFINE_bool("keep_records", True,
+                  "Keep each finished run's summary and metrics under <docs_dir>/runs and "
+                  "read them back (a recorded cell is not run again).")
 flags.DEFINE_list("datasets", list(synthetic.SYNTHETIC), "Problems to run.")
 flags.DEFINE_list("heterogeneity", [], "Synthetic sigma values (default: the paper's).")
 flags.DEFINE_list("objectives", ["mt2", "mx2", "apfl2"], "Real data: objectives.")
@@ -113,6 +120,17 @@ class Cell:
     return self.algorithm + suffix
 
   @property
+  def record_dir(self) -> Optional[str]:
+    """Where this cell's record is kept (None: --nokeep_records)."""
+    root = _record_root()
+    return os.path.join(root, self.problem, self.run_name) if root else None
+
+  def done(self) -> bool:
+    """Whether the cell's run or its record is finished."""
+    return records.finished(self.config().output_dir) or bool(
+        self.record_dir and records.finished(self.record_dir))
+
+  @property
   def problem(self) -> str:
     if self.sigma is not None:
       return f"{self.dataset}_sigma{self.sigma:g}"
@@ -175,11 +193,6 @@ def _cells() -> list[Cell]:
   return cells
 
 
-def _read_rows(run_dir: str) -> list[dict]:
-  with open(os.path.join(run_dir, "metrics.csv")) as f:
-    return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
-
-
 def main(argv: list[str]) -> None:
   del argv
   from tff_pflego import runtime
@@ -209,21 +222,29 @@ def main(argv: list[str]) -> None:
 
 
 def run_cells(cells: list[Cell], run, context, retries: int = WORKER_RETRIES) -> None:
-  """Runs every cell without a summary.json, in order, inside `context()`. A run cut
-  short (no summary.json) has no checkpoint: it starts again. When the TFF worker dies
-  (a crash outside the run's control: a segfault in its gRPC server thread ended a
-  grid after 31 runs), a new context (a new worker) runs the interrupted cell again,
+  """Runs every cell not done (`Cell.done`), in order, inside `context()`, and keeps
+  each finished run's record. A run cut short (no summary.json) has no checkpoint: it
+  starts again. A cell claimed by another live process is skipped; one finished by
+  another process since this invocation began is not run again. When the TFF worker
+  dies (a crash outside the run's control: a segfault in its gRPC server thread ended
+  a grid after 31 runs), a new context (a new worker) runs the interrupted cell again,
   up to `retries` times in all."""
   from tff_pflego.errors import WorkerLostError
-  pending = [c for c in cells
-             if not os.path.exists(os.path.join(c.config().output_dir, "summary.json"))]
+  pending = [c for c in cells if not c.done()]
   while pending:
     try:
       with context():
         while pending:
-          config = pending[0].config()
-          print(f"{pending[0].problem} {pending[0].label}: {config.rounds} communications")
-          run(dataclasses.replace(config, overwrite=True))
+          cell, config = pending[0], pending[0].config()
+          with records.claim(config.output_dir) as mine:
+            if not mine:
+              print(f"{cell.problem} {cell.label}: being run by process "
+                    f"{records.holder(config.output_dir)}, skipped")
+            elif not cell.done():
+              print(f"{cell.problem} {cell.label}: {config.rounds} communications")
+              run(dataclasses.replace(config, overwrite=True))
+              if cell.record_dir:
+                records.keep(config.output_dir, cell.record_dir)
           pending.pop(0)
     except WorkerLostError as e:
       if retries == 0:
@@ -232,27 +253,49 @@ def run_cells(cells: list[Cell], run, context, retries: int = WORKER_RETRIES) ->
       print(f"  {e}; a new worker runs the cell again", flush=True)
 
 
-def _collect() -> dict[Cell, tuple[dict, list[dict]]]:
-  """Every finished run under --output_dir (this invocation's and earlier ones)."""
-  results = {}
-  root = flags.FLAGS.output_dir
+def _finished_runs(root: str) -> dict[str, str]:
+  """<problem>/<run> -> its directory, for every finished run or record under root."""
+  found = {}
   for problem in sorted(os.listdir(root)) if os.path.isdir(root) else []:
-    for algorithm in sorted(os.listdir(os.path.join(root, problem))):
-      run_dir = os.path.join(root, problem, algorithm)
-      if not os.path.exists(os.path.join(run_dir, "summary.json")):
-        continue
-      with open(os.path.join(run_dir, "summary.json")) as f:
-        summary = json.load(f)
-      settings = summary["settings"]
-      synthetic_run = settings["dataset"] in synthetic.SYNTHETIC
-      cell = Cell(settings["dataset"], summary["objective"]["kind"],
-                  settings["heterogeneity"] if synthetic_run else None,
-                  None if synthetic_run else settings["classes_per_device"],
-                  summary["algorithm"], settings.get("p_w"),
-                  settings.get("reparametrize", True), settings.get("mt_alpha"),
-                  settings.get("colour", False), settings.get("devices_per_round"),
-                  settings["seed"])
-      results[cell] = (summary, _read_rows(run_dir))
+    if not os.path.isdir(os.path.join(root, problem)):
+      continue
+    for name in sorted(os.listdir(os.path.join(root, problem))):
+      if records.finished(os.path.join(root, problem, name)):
+        found[f"{problem}/{name}"] = os.path.join(root, problem, name)
+  return found
+
+
+def _record_root() -> Optional[str]:
+  """Where the runs' records are kept (None: --nokeep_records)."""
+  options = flags.FLAGS
+  return os.path.join(options.docs_dir, "runs") if options.keep_records else None
+
+
+def _collect() -> dict[Cell, tuple[dict, list[dict]]]:
+  """Every finished run: the records under <docs_dir>/runs, and under --output_dir
+  (this invocation's and earlier ones; a run there stands for its record, which it
+  brings up to date)."""
+  record_root = _record_root()
+  runs = _finished_runs(flags.FLAGS.output_dir)
+  if record_root:
+    for key, run_dir in runs.items():
+      records.keep(run_dir, os.path.join(record_root, key))
+    runs = {**_finished_runs(record_root), **runs}
+  results = {}
+  for key in sorted(runs):
+    run_dir = runs[key]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+      summary = json.load(f)
+    settings = summary["settings"]
+    synthetic_run = settings["dataset"] in synthetic.SYNTHETIC
+    cell = Cell(settings["dataset"], summary["objective"]["kind"],
+                settings["heterogeneity"] if synthetic_run else None,
+                None if synthetic_run else settings["classes_per_device"],
+                summary["algorithm"], settings.get("p_w"),
+                settings.get("reparametrize", True), settings.get("mt_alpha"),
+                settings.get("colour", False), settings.get("devices_per_round"),
+                settings["seed"])
+    results[cell] = (summary, records.read_metrics(run_dir))
   return results
 
 

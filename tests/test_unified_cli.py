@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -12,6 +14,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import ENV, REPO
+from tff_pflego import records
 from tff_pflego.unified import real_data
 
 TRAIN_UNIFIED = [sys.executable, os.path.join(REPO, "binaries", "train_unified.py")]
@@ -153,9 +156,14 @@ def test_reproduce_unified_is_resumable_and_tabulates_its_runs(tmp_path):
   np.testing.assert_allclose(band["objective"]["std"],
                              np.abs(np.subtract(*curves)) / np.sqrt(2), rtol=1e-12)
   assert (tmp_path / "docs" / "synthetic_mx2_repetitions.png").stat().st_size > 10_000
-  # A run cut short (metrics.csv, no summary.json) is run again; the others are read.
+  # A run cut short (metrics.csv, no summary.json, no record) is run again; the others
+  # are read.
   cut = problem / "l2sgd_plus_seed1"
   (cut / "summary.json").unlink()
+  record = tmp_path / "docs" / "runs" / "synthetic_mx2_sigma0.3" / "l2sgd_plus_seed1"
+  assert gzip.decompress((record / "metrics.csv.gz").read_bytes()) == (
+      cut / "metrics.csv").read_bytes()
+  shutil.rmtree(record)
   second = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=600)
   assert second.returncode == 0, second.stderr[-3000:]
   assert second.stdout.split("wrote")[0].count("communications") == 1
@@ -163,6 +171,15 @@ def test_reproduce_unified_is_resumable_and_tabulates_its_runs(tmp_path):
   assert (cut / "summary.json").exists()
   assert {n: os.stat(p).st_mtime_ns for n, p in summaries.items()} == stamps
   assert (tmp_path / "docs" / "synthetic_mx2.png").stat().st_size > 10_000
+  # A fresh clone (no runs, the records in git): nothing runs, the same table.
+  table = (tmp_path / "docs" / "results.md").read_text()
+  shutil.rmtree(tmp_path / "runs")
+  (tmp_path / "docs" / "results.md").unlink()
+  third = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=600)
+  assert third.returncode == 0, third.stderr[-3000:]
+  assert "communications" not in third.stdout.split("wrote")[0]
+  assert (tmp_path / "docs" / "results.md").read_text() == table
+  assert not (tmp_path / "runs" / "synthetic_mx2_sigma0.3").exists()
 
 
 def _reproduce_unified():
@@ -177,13 +194,23 @@ def _reproduce_unified():
   return sys.modules["reproduce_unified"]
 
 
+def _fake_run(run_dir, value=0.5):
+  """What a finished run leaves: metrics.csv, then summary.json."""
+  os.makedirs(run_dir, exist_ok=True)
+  with open(os.path.join(run_dir, "metrics.csv"), "w") as f:
+    f.write(f"round,objective\n0,1.0\n5,{value!r}\n")
+  with open(os.path.join(run_dir, "summary.json"), "w") as f:
+    json.dump(dict(value=value), f)
+
+
 def test_run_cells_reruns_a_cell_cut_by_a_lost_worker_with_a_new_worker(tmp_path):
   """A finished cell is skipped; the worker dies during the second of two cells: a new
   context runs that cell again and the grid goes on; with no retries left it stops."""
   import contextlib
   from tff_pflego.errors import WorkerLostError
   module = _reproduce_unified()
-  module.flags.FLAGS(["reproduce_unified", f"--output_dir={tmp_path}"])
+  module.flags.FLAGS(["reproduce_unified", f"--output_dir={tmp_path}",
+                      f"--docs_dir={tmp_path / 'docs'}"])
   try:
     cells = [module.Cell("synthetic_mx2", "mx2", 0.3, None, a)
              for a in ("ascd_pfl", "lsgd_pfl", "scd_pfl", "l2sgd_plus")]
@@ -197,8 +224,7 @@ def test_run_cells_reruns_a_cell_cut_by_a_lost_worker_with_a_new_worker(tmp_path
       if failures.get(name):
         failures[name] -= 1
         raise WorkerLostError("the TFF worker (pid 1) exited with code -11")
-      os.makedirs(config.output_dir, exist_ok=True)
-      open(os.path.join(config.output_dir, "summary.json"), "w").close()
+      _fake_run(config.output_dir)
 
     @contextlib.contextmanager
     def context():
@@ -210,12 +236,76 @@ def test_run_cells_reruns_a_cell_cut_by_a_lost_worker_with_a_new_worker(tmp_path
     assert runs == [("lsgd_pfl", True, 1), ("scd_pfl", True, 1), ("scd_pfl", True, 2),
                     ("l2sgd_plus", True, 2)]
     assert contexts == ["open", "closed"]  # the first one ended by the worker's death
+    # Each run it made is recorded (the one it found is recorded when collected).
+    assert [os.path.exists(os.path.join(c.record_dir, "summary.json")) for c in cells] == [
+        False, True, True, True]
     failures[cells[3].run_name] = 1
     os.remove(os.path.join(cells[3].config().output_dir, "summary.json"))
+    shutil.rmtree(cells[3].record_dir)
     with pytest.raises(WorkerLostError):
       module.run_cells(cells, run, context, retries=0)
   finally:
     module.flags.FLAGS.unparse_flags()
+
+
+def test_run_cells_leaves_cells_to_other_processes(tmp_path):
+  """One output directory, several invocations: a cell claimed by a live process is
+  skipped, one another process finished meanwhile is not run again, and a claim whose
+  process is gone is taken over (and released after the run)."""
+  import contextlib
+  module = _reproduce_unified()
+  module.flags.FLAGS(["reproduce_unified", f"--output_dir={tmp_path}",
+                      f"--docs_dir={tmp_path / 'docs'}"])
+  sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+  gone = subprocess.Popen([sys.executable, "-c", "pass"])
+  gone.wait()
+  try:
+    stale, held, finished_meanwhile, free = [
+        module.Cell("synthetic_mx2", "mx2", 0.3, None, a)
+        for a in ("ascd_pfl", "lsgd_pfl", "scd_pfl", "l2sgd_plus")]
+    claims = {c.run_name: c.config().output_dir + ".claim" for c in (stale, held)}
+    for cell, pid in ((stale, gone.pid), (held, sleeper.pid)):
+      os.makedirs(os.path.dirname(claims[cell.run_name]), exist_ok=True)
+      with open(claims[cell.run_name], "w") as f:
+        f.write(f"{pid}\n")
+    runs = []
+
+    def run(config):
+      runs.append(os.path.basename(config.output_dir))
+      with open(config.output_dir + ".claim") as f:
+        assert int(f.read()) == os.getpid()  # this process holds the cell it runs
+      _fake_run(config.output_dir)
+      _fake_run(finished_meanwhile.config().output_dir)  # as another invocation would
+
+    module.run_cells([stale, held, finished_meanwhile, free], run, contextlib.nullcontext)
+    assert runs == ["ascd_pfl", "l2sgd_plus"]
+    assert not os.path.exists(claims["ascd_pfl"])  # released
+    with open(claims["lsgd_pfl"]) as f:
+      assert int(f.read()) == sleeper.pid  # another's claim is left alone
+    assert not os.path.exists(os.path.join(held.config().output_dir, "summary.json"))
+  finally:
+    sleeper.kill()
+    module.flags.FLAGS.unparse_flags()
+
+
+def test_records_keep_a_run_byte_stable_and_read_back(tmp_path):
+  """A record holds the run's summary and its metrics rows exactly; keeping it again
+  writes the same bytes (records live in git)."""
+  run_dir, record_dir = str(tmp_path / "run"), str(tmp_path / "record")
+  _fake_run(run_dir, value=0.1 + 0.2)
+  records.keep(run_dir, record_dir)
+  assert records.finished(record_dir)
+  assert sorted(os.listdir(record_dir)) == ["metrics.csv.gz", "summary.json"]
+  with open(os.path.join(record_dir, "summary.json")) as f:
+    assert json.load(f) == dict(value=0.1 + 0.2)
+  assert records.read_metrics(record_dir) == [dict(round=0.0, objective=1.0),
+                                              dict(round=5.0, objective=0.1 + 0.2)]
+  assert records.read_metrics(record_dir) == records.read_metrics(run_dir)
+  packed = (tmp_path / "record" / "metrics.csv.gz").read_bytes()
+  assert packed[4:8] == bytes(4)  # gzip's MTIME field (RFC 1952): no timestamp
+  os.utime(os.path.join(run_dir, "metrics.csv"), (1, 1))
+  records.keep(run_dir, record_dir)
+  assert (tmp_path / "record" / "metrics.csv.gz").read_bytes() == packed
 
 
 def test_claims_table_compares_the_optimizers_per_problem():
