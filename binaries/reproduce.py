@@ -33,10 +33,12 @@ from tff_pflego import cli  # pylint: disable=g-bad-import-order
 
 import json
 import os
+from typing import Optional
 
 from absl import flags
 import numpy as np
 
+from tff_pflego import records
 from tff_pflego.config import paper_table_rounds
 from tff_pflego.errors import UserError
 from tff_pflego.training import cells
@@ -102,6 +104,8 @@ ALGORITHM_ORDER = ("pflego", "fedavg", "fedper", "fedprox", "fedrep", "fedbabu",
                    "fedrecon", "local_only", "ascd_pfl")
 DATASET_ORDER = ("mnist", "fashion_mnist", "emnist_letters", "cifar10", "omniglot")
 DEGREES = ("high", "medium", "none")
+# A cell's record: what cell_result and plot read (and the summary, kept last).
+RECORDED = ("config.json", "metrics.csv", "rounds.csv", "ceiling.json")
 
 
 def cell_dir(dataset: str, degree: str, algorithm: str, seed: int) -> str:
@@ -109,6 +113,33 @@ def cell_dir(dataset: str, degree: str, algorithm: str, seed: int) -> str:
   if _ROUNDS.value is not None and _ROUNDS.value != paper_table_rounds(dataset):
     name += f"_T{_ROUNDS.value}"
   return os.path.join(_OUTPUT_DIR.value, dataset, degree, algorithm, name)
+
+
+def record_dir(dataset: str, degree: str, algorithm: str, seed: int) -> Optional[str]:
+  """Where the cell's record is kept: under <docs_dir>/runs (None without --docs_dir)."""
+  if not _DOCS_DIR.value:
+    return None
+  run = cell_dir(dataset, degree, algorithm, seed)
+  return os.path.join(_DOCS_DIR.value, "runs", os.path.relpath(run, _OUTPUT_DIR.value))
+
+
+def cell_source(dataset: str, degree: str, algorithm: str, seed: int) -> Optional[str]:
+  """The cell's finished run, else its record, else None (not run)."""
+  for directory in (cell_dir(dataset, degree, algorithm, seed),
+                    record_dir(dataset, degree, algorithm, seed)):
+    if directory and cells.finished(directory):
+      return directory
+  return None
+
+
+def keep_record(dataset: str, degree: str, algorithm: str, seed: int) -> None:
+  """Keeps the finished run's record (`tff_pflego/records.py`): what the tables and
+  figures read, and its partition's fingerprint, against which `ceiling.read_ceiling`
+  checks the kept ceiling as it does a run's."""
+  from tff_pflego.training import ceiling
+  run = cell_dir(dataset, degree, algorithm, seed)
+  records.keep(run, record_dir(dataset, degree, algorithm, seed), RECORDED,
+               facts=dict(partition_fingerprint=ceiling.partition_fingerprint(run)))
 
 
 def run_cell(dataset: str, degree: str, algorithm: str, seed: int) -> None:
@@ -125,10 +156,11 @@ def run_cell(dataset: str, degree: str, algorithm: str, seed: int) -> None:
 
 
 def ensure_ceiling(dataset: str, degree: str, seed: int) -> None:
-  """The cell's ceiling.json, computed on the cell's own partition if missing or stale."""
+  """The cell's ceiling.json, computed on the cell's own partition if missing or stale
+  (beside the finished run, else in its record)."""
   from tff_pflego.training import ceiling
   from tff_pflego import experiment
-  directory = cell_dir(dataset, degree, "pflego", seed)
+  directory = cell_source(dataset, degree, "pflego", seed)
   if ceiling.read_ceiling(directory) is not None:
     return
   with open(os.path.join(directory, "config.json")) as f:
@@ -155,7 +187,7 @@ def _rows(path: str) -> list[dict]:
 def cell_result(dataset: str, degree: str, algorithm: str, seed: int) -> dict:
   from tff_pflego.config import PAPER_ACCURACY
   from tff_pflego.training.ceiling import read_ceiling
-  directory = cell_dir(dataset, degree, algorithm, seed)
+  directory = cell_source(dataset, degree, algorithm, seed)
   with open(os.path.join(directory, "summary.json")) as f:
     passes = json.load(f).get("body_passes_per_client_round", {})
   evals = [r for r in _rows(os.path.join(directory, "metrics.csv")) if r["round"] > 0]
@@ -168,7 +200,7 @@ def cell_result(dataset: str, degree: str, algorithm: str, seed: int) -> dict:
               paper_accuracy=PAPER_ACCURACY.get((dataset, algorithm, degree)),
               paper_rounds=paper_table_rounds(dataset),
               ceiling_mean=own_ceiling and own_ceiling["best_test_accuracy_mean"],
-              run_dir=directory)
+              run_dir=cell_dir(dataset, degree, algorithm, seed))
 
 
 def _ordered(names, order) -> list[str]:
@@ -360,13 +392,29 @@ DEGREE_TITLES = {"high": "High-Pers (K = 2)", "medium": "Medium-Pers (K = C/2)",
                  "none": "No-Pers (K = C)"}
 
 
+def _roots() -> list[str]:
+  """Where finished cells are found: the runs, then their records (a run stands for
+  its record)."""
+  return [_OUTPUT_DIR.value] + ([os.path.join(_DOCS_DIR.value, "runs")]
+                                if _DOCS_DIR.value else [])
+
+
+def _listed(*parts: str) -> list[str]:
+  """The names under <root>/<parts...> in any of the roots."""
+  return sorted({name for root in _roots() if os.path.isdir(os.path.join(root, *parts))
+                 for name in os.listdir(os.path.join(root, *parts))})
+
+
 def _seed_dirs(dataset: str, degree: str, algorithm: str) -> list[str]:
-  """The finished runs of a group at its longest T (the cells the tables summarize)."""
-  root = os.path.join(_OUTPUT_DIR.value, dataset, degree, algorithm)
-  if not os.path.isdir(root):
-    return []
-  done = [os.path.join(root, name) for name in sorted(os.listdir(root))
-          if cells.finished(os.path.join(root, name))]
+  """The finished runs (or records) of a group at its longest T (the cells the tables
+  summarize)."""
+  found = {}
+  for root in reversed(_roots()):
+    group = os.path.join(root, dataset, degree, algorithm)
+    for name in sorted(os.listdir(group)) if os.path.isdir(group) else []:
+      if cells.finished(os.path.join(group, name)):
+        found[name] = os.path.join(group, name)
+  done = [found[name] for name in sorted(found)]
   def rounds(directory):
     with open(os.path.join(directory, "summary.json")) as f:
       return json.load(f)["rounds"]
@@ -383,12 +431,11 @@ def plot(dataset: str) -> None:
   import matplotlib.pyplot as plt
 
   from tff_pflego.data import sources
-  root = os.path.join(_OUTPUT_DIR.value, dataset)
-  degrees = [g for g in DEGREES if os.path.isdir(os.path.join(root, g))]
+  degrees = [g for g in DEGREES if g in _listed(dataset)]
   fig, axes = plt.subplots(2, len(degrees), figsize=(max(5 * len(degrees), 8), 8),
                            layout="constrained", squeeze=False)
   handles = {}
-  present = [a for g in degrees for a in os.listdir(os.path.join(root, g))]
+  present = [a for g in degrees for a in _listed(dataset, g)]
   one_alphabet = sources.get_dataset_spec(dataset).partition == "alphabets"
   for column, degree in enumerate(degrees):
     for algorithm in _ordered(present, ALGORITHM_ORDER):
@@ -444,9 +491,13 @@ def degrees_of(dataset: str) -> list[str]:
 
 
 def previous_results() -> list[dict]:
-  """The rows results.csv holds now, with the columns added since they were written."""
+  """The rows results.csv holds now (on a fresh clone, with no runs yet: the copy in
+  --docs_dir), with the columns added since they were written."""
   from tff_pflego.training import grid
-  rows = grid.read_results(os.path.join(_OUTPUT_DIR.value, "results.csv"))
+  path = os.path.join(_OUTPUT_DIR.value, "results.csv")
+  if not os.path.exists(path) and _DOCS_DIR.value:
+    path = os.path.join(_DOCS_DIR.value, "results.csv")
+  rows = grid.read_results(path)
   for row in rows:
     for field in FIELDS:
       row.setdefault(field, None)
@@ -465,7 +516,7 @@ def main(argv) -> None:
           for a in _ALGORITHMS.value for s in _SEEDS.value]
   fresh = []
   for number, cell in enumerate(work, 1):
-    done = cells.finished(cell_dir(*cell))
+    done = cell_source(*cell) is not None
     print(f"[{number}/{len(work)}] {'/'.join(map(str, cell))}: "
           f"{'done, skipped' if done else 'missing' if _TABLES_ONLY.value else 'running'}",
           flush=True)
@@ -476,6 +527,8 @@ def main(argv) -> None:
     dataset, degree, algorithm, seed = cell
     if algorithm == "pflego" and _CEILINGS.value and not _TABLES_ONLY.value:
       ensure_ceiling(dataset, degree, seed)
+    if _DOCS_DIR.value and cells.finished(cell_dir(*cell)):
+      keep_record(*cell)
     fresh.append(cell_result(*cell))
     write_tables(grid.merge(previous_results(), fresh))  # re-read: another grid may
     plot(dataset)                                          # share the directory

@@ -1,10 +1,11 @@
 """binaries/reproduce.py on a tiny grid: cells, seeds, ceilings, and tables that keep
-what earlier invocations wrote."""
+what earlier invocations wrote, also on a fresh clone (the records under --docs_dir)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -33,7 +34,7 @@ def test_a_grid_tabulates_seeds_ceilings_and_keeps_earlier_rows(prepared, tmp_pa
   args = ["--datasets=fashion_mnist", "--degrees=high", "--algorithms=pflego,fedavg",
           "--seeds=0,1", "--num_clients=5", "--rounds=3", "--eval_every=1",
           "--ceiling_epochs=2", f"--data_dir={prepared}", f"--output_dir={out}",
-          "--noprogress"]
+          f"--docs_dir={tmp_path / 'docs'}", "--noprogress"]
   first = subprocess.run(REPRODUCE + args, env=ENV, capture_output=True, text=True,
                          timeout=900)
   assert first.returncode == 0, first.stderr[-3000:]
@@ -73,3 +74,21 @@ def test_a_grid_tabulates_seeds_ceilings_and_keeps_earlier_rows(prepared, tmp_pa
   assert again.stdout.count("done, skipped") == 4
   with open(os.path.join(out, "results.md")) as f:
     assert f.read() == table
+
+  # A fresh clone: the runs are gone, docs/ (results.csv, the records) is in git.
+  record = tmp_path / "docs" / "runs" / "fashion_mnist" / "high" / "pflego" / "seed1_T3"
+  assert sorted(os.listdir(record)) == ["ceiling.json", "config.json", "metrics.csv.gz",
+                                        "record.json", "rounds.csv.gz", "summary.json"]
+  run_partition = os.path.join(out, "fashion_mnist", "high", "pflego", "seed1_T3",
+                               "partition.json")
+  assert json.loads((record / "record.json").read_text())["partition_fingerprint"] == (
+      json.loads(open(run_partition).read())["partition_fingerprint"])
+  shutil.rmtree(out)
+  fresh = subprocess.run(REPRODUCE + args, env=ENV, capture_output=True, text=True,
+                         timeout=900)
+  assert fresh.returncode == 0, fresh.stderr[-3000:]
+  assert fresh.stdout.count("done, skipped") == 4
+  assert not os.path.exists(os.path.join(out, "fashion_mnist", "high"))  # nothing ran
+  with open(os.path.join(out, "results.md")) as f:
+    assert f.read() == table  # the ceilings, the seeds' rows and the earlier row
+  assert os.path.exists(os.path.join(out, "fashion_mnist_curves.png"))

@@ -18,13 +18,13 @@ import csv
 import gzip
 import io
 import os
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 from tff_pflego import files
 
 SUMMARY = "summary.json"
 METRICS = "metrics.csv"
-METRICS_RECORD = METRICS + ".gz"
+RECORD = "record.json"  # facts about the run its kept files do not hold
 
 
 def finished(directory: str) -> bool:
@@ -33,29 +33,49 @@ def finished(directory: str) -> bool:
   return os.path.exists(os.path.join(directory, SUMMARY))
 
 
-def keep(run_dir: str, record_dir: str) -> None:
-  """Writes the record of the finished run in `run_dir` to `record_dir` (atomically,
-  file by file; the summary last, so a record with a summary is whole)."""
+def keep(run_dir: str, record_dir: str, names: Sequence[str] = (METRICS,),
+         facts: Optional[dict] = None) -> None:
+  """Writes the record of the finished run in `run_dir` to `record_dir`: `names`
+  (CSV files gzipped, others as they are; one missing from the run is removed from the
+  record too), `facts` as record.json, and then the summary, so a record with a
+  summary is whole. Each file is written atomically."""
   os.makedirs(record_dir, exist_ok=True)
-  with open(os.path.join(run_dir, METRICS), "rb") as f:
-    metrics = f.read()
-  path = os.path.join(record_dir, METRICS_RECORD)
-  with open(path + ".tmp", "wb") as raw:
-    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed:
-      packed.write(metrics)
-  os.replace(path + ".tmp", path)
+  if facts is not None:
+    files.write_json(os.path.join(record_dir, RECORD), facts)
+  for name in names:
+    source = os.path.join(run_dir, name)
+    if not os.path.exists(source):
+      for stale in (name, name + ".gz"):
+        with contextlib.suppress(FileNotFoundError):
+          os.remove(os.path.join(record_dir, stale))
+      continue
+    if not name.endswith(".csv"):
+      files.copy_file(source, os.path.join(record_dir, name))
+      continue
+    with open(source, "rb") as f:
+      text = f.read()
+    path = os.path.join(record_dir, name + ".gz")
+    with open(path + ".tmp", "wb") as raw:
+      with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed:
+        packed.write(text)
+    os.replace(path + ".tmp", path)
   files.copy_file(os.path.join(run_dir, SUMMARY), os.path.join(record_dir, SUMMARY))
+
+
+def read_text(path: str) -> Optional[str]:
+  """The text of `path`, or of its record `path`.gz; None if neither exists."""
+  if os.path.exists(path):
+    with open(path, newline="") as f:
+      return f.read()
+  if os.path.exists(path + ".gz"):
+    with gzip.open(path + ".gz", "rt", newline="") as f:
+      return f.read()
+  return None
 
 
 def read_metrics(directory: str) -> list[dict]:
   """The metrics rows (every value a float) of a run directory or of a record."""
-  path = os.path.join(directory, METRICS)
-  if os.path.exists(path):
-    with open(path) as f:
-      text = f.read()
-  else:
-    with gzip.open(os.path.join(directory, METRICS_RECORD), "rt") as f:
-      text = f.read()
+  text = read_text(os.path.join(directory, METRICS))
   return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(text))]
 
 

@@ -28,7 +28,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tff_pflego import files
+from tff_pflego import files, records
 from tff_pflego.errors import UserError
 
 CEILING_FILE = "ceiling.json"
@@ -117,9 +117,15 @@ def central_objective_ceiling(data, seed: int, epochs: int, progress: bool = Tru
               best_test_accuracy_mean=max(curve), best_epoch=int(np.argmax(curve)) + 1)
 
 
-def _fingerprint(manifest_path: str) -> str:
-  with open(manifest_path) as f:
-    return json.load(f)["partition_fingerprint"]
+def partition_fingerprint(run_dir: str) -> Optional[str]:
+  """The fingerprint of the run's partition: from its partition.json, or in a run's
+  record (which keeps no partition) from record.json; None if neither is there."""
+  for name in ("partition.json", records.RECORD):
+    path = os.path.join(run_dir, name)
+    if os.path.exists(path):
+      with open(path) as f:
+        return json.load(f)["partition_fingerprint"]
+  return None
 
 
 def read_ceiling(run_dir: str) -> Optional[dict]:
@@ -129,8 +135,7 @@ def read_ceiling(run_dir: str) -> Optional[dict]:
     return None
   with open(path) as f:
     ceiling = json.load(f)
-  run_partition = os.path.join(run_dir, "partition.json")
-  if ceiling.get("partition_fingerprint") != _fingerprint(run_partition):
+  if ceiling.get("partition_fingerprint") != partition_fingerprint(run_dir):
     return None  # computed on another partition: stale
   if any(ceiling.get(name) != value for name, value in RECIPE.items()):
     return None  # computed by another recipe: stale
@@ -141,7 +146,7 @@ def write_ceiling(run_dir: str, data, seed: int, epochs: int,
                   progress: bool = True) -> dict:
   """Computes the ceiling of the run in `run_dir` on `data`, which must hold the run's
   partition (its partition.json fingerprint), and writes it as ceiling.json."""
-  wanted = _fingerprint(os.path.join(run_dir, "partition.json"))
+  wanted = partition_fingerprint(run_dir)
   if data.provenance["partition_fingerprint"] != wanted:
     raise UserError(f"{run_dir}: the prepared data hold partition "
                     f"{data.provenance['partition_fingerprint'][:12]}, the run "

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import io
 import math
 import os
 from typing import Mapping, Optional
 
 import tensorflow_federated as tff
 
+from tff_pflego import records
 from tff_pflego.files import plain
 from tff_pflego.training import program_io
 
@@ -30,12 +32,13 @@ KEY = "round"
 
 
 def read_rows(path: str) -> list[dict[str, float]]:
-  """The rows of a released CSV, numbers parsed, in round order."""
-  if not os.path.exists(path):
+  """The rows of a released CSV (or of its gzipped record), numbers parsed, in round
+  order."""
+  text = records.read_text(path)
+  if text is None:
     return []
-  with open(path, newline="") as f:
-    rows = [{k: float(v) if v not in ("", None) else math.nan for k, v in row.items()}
-            for row in csv.DictReader(f)]
+  rows = [{k: float(v) if v not in ("", None) else math.nan for k, v in row.items()}
+          for row in csv.DictReader(io.StringIO(text))]
   return sorted(rows, key=lambda r: r[KEY])
 
 
