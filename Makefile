@@ -61,7 +61,7 @@ crosscheck: setup
 reproduce-unified: setup
 	$(PY) binaries/reproduce_unified.py --output_dir=runs/unified --docs_dir=docs/unified
 	$(PY) binaries/reproduce_unified.py --datasets=synthetic_mx2 --heterogeneity=0.3 \
-	    --algorithms=ascd_pfl,asvrcd_pfl,l2sgd_plus --repetitions=5 \
+	    --algorithms=ascd_pfl,asvrcd_pfl,l2sgd_plus --repetitions=30 \
 	    --output_dir=runs/unified --docs_dir=docs/unified
 	$(PY) binaries/reproduce_unified.py --datasets=synthetic_mx2 --heterogeneity=0.3 \
 	    --algorithms=lsgd_pfl,scd_pfl,ascd_pfl --devices_per_round=5,10 \
