@@ -21,6 +21,7 @@ import os
 
 import numpy as np
 
+from tff_pflego.records import finished  # noqa: F401 (the cells' test of a finished run)
 from tff_pflego.training.grid import largest_rise
 
 WINDOW = 10  # the paper's table entry: the mean over the final 10 rounds
@@ -51,10 +52,6 @@ def run_cell(config, retries: int = WORKER_RETRIES) -> None:
         raise
       print(f"  {e}; resuming the cell from its checkpoint "
             f"(retry {attempt + 1} of {retries})", flush=True)
-
-
-def finished(directory: str) -> bool:
-  return os.path.exists(os.path.join(directory, "summary.json"))
 
 
 def run_figures(directory: str, window: int = WINDOW) -> dict:
