@@ -9,7 +9,9 @@ Each cell is `train.py` with the paper's settings (the same `run_experiment`), i
 never averaged with a full one). The paper's T is the round its tables report: 200, and
 1000 on Omniglot (Table 2 reports rounds 991-1000 of its T = 5000 runs). The grid is
 resumable: a finished cell is skipped, and a cell cut short resumes from its
-checkpoint. Writes, after every cell:
+checkpoint; with `--docs_dir`, a cell stopped before its end (Ctrl-C, SIGTERM, an
+error) is parked in its record (`tff_pflego/records.py`: its logs and newest
+checkpoint) and continues from there on another machine or a fresh clone. Writes, after every cell:
   results.csv   one row per cell: the mean and std of the last 10 evaluations; rows of
                 cells outside this invocation (other datasets, degrees, ...) are kept
   results.md    per dataset, one table per evaluation protocol (all clients; sampled
@@ -38,7 +40,7 @@ from typing import Optional
 from absl import flags
 import numpy as np
 
-from tff_pflego import records
+from tff_pflego import records, settings
 from tff_pflego.config import paper_table_rounds
 from tff_pflego.errors import UserError
 from tff_pflego.training import cells
@@ -56,6 +58,7 @@ _NUM_CLIENTS = flags.DEFINE_integer("num_clients", None, "I (default: the paper'
 _EVAL_EVERY = flags.DEFINE_integer("eval_every", 10, "All-client evaluation period.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Prepared data (default: data/).")
 _PROGRESS = flags.DEFINE_bool("progress", True, "A progress bar per run.")
+_SETTINGS = settings.define_flags(__name__, names=("checkpoint_every",))
 _TABLES_ONLY = flags.DEFINE_bool("tables_only", False,
                                  "Run nothing: tabulate the finished cells only.")
 _CEILINGS = flags.DEFINE_bool("ceilings", True,
@@ -106,6 +109,9 @@ DATASET_ORDER = ("mnist", "fashion_mnist", "emnist_letters", "cifar10", "omniglo
 DEGREES = ("high", "medium", "none")
 # A cell's record: what cell_result and plot read (and the summary, kept last).
 RECORDED = ("config.json", "metrics.csv", "rounds.csv", "ceiling.json")
+# What a parked (unfinished) cell keeps besides its newest checkpoint.
+PARKED = ("config.json", "metrics.csv", "rounds.csv", "partition.json", "clients.csv",
+          "tensorboard")
 
 
 def cell_dir(dataset: str, degree: str, algorithm: str, seed: int) -> str:
@@ -149,10 +155,50 @@ def run_cell(dataset: str, degree: str, algorithm: str, seed: int) -> None:
       dataset=dataset, algorithm=algorithm, personalization=degree, seed=seed,
       rounds=_ROUNDS.value or paper_table_rounds(dataset),
       num_clients=_NUM_CLIENTS.value, eval_every=_EVAL_EVERY.value,
-      output_dir=cell_dir(dataset, degree, algorithm, seed), progress=_PROGRESS.value)
+      output_dir=cell_dir(dataset, degree, algorithm, seed), progress=_PROGRESS.value,
+      checkpoint_every=_SETTINGS["checkpoint_every"].value)
   if _DATA_DIR.value:
     config.data_dir = _DATA_DIR.value
   cells.run_cell(config)
+
+
+def checkpoint_round(files: list[str]) -> int:
+  """The newest checkpoint's round among a run's `files` (paths relative to the run;
+  -1 if none)."""
+  from tff_pflego.training import checkpoints, driver
+  prefix = os.path.join(driver.CHECKPOINT_DIR, checkpoints.PREFIX)
+  rounds = [int(f[len(prefix):].split(os.sep)[0]) for f in files if f.startswith(prefix)
+            and f[len(prefix):].split(os.sep)[0].isdigit()]
+  return max(rounds, default=-1)
+
+
+def run_files(run_dir: str) -> list[str]:
+  """Every file under `run_dir`, relative to it."""
+  return [os.path.relpath(os.path.join(root, n), run_dir)
+          for root, _, names in os.walk(run_dir) for n in names]
+
+
+def run_or_continue(dataset: str, degree: str, algorithm: str, seed: int) -> None:
+  """Runs the cell (`run_cell`), first unpacking a parked run of it that is further
+  on than the local one; with --docs_dir, a run that stops before its end is parked
+  (its newest checkpoint and its logs)."""
+  from tff_pflego.training import checkpoints, driver
+  run, record = cell_dir(dataset, degree, algorithm, seed), record_dir(
+      dataset, degree, algorithm, seed)
+  if records.parked(record):
+    parked_round = checkpoint_round(records.parked_files(record))
+    if parked_round > checkpoint_round(run_files(run)):
+      print(f"  continuing the run parked in {record} at round {parked_round}", flush=True)
+      records.unpark(record, run)
+  try:
+    run_cell(dataset, degree, algorithm, seed)
+  finally:
+    stopped_at = checkpoint_round(run_files(run))
+    if record and stopped_at >= 0 and not cells.finished(run):
+      records.park(run, record, PARKED + (os.path.join(
+          driver.CHECKPOINT_DIR, f"{checkpoints.PREFIX}{stopped_at}"),))
+      print(f"  stopped at round {stopped_at}: parked in "
+            f"{os.path.join(record, records.UNFINISHED)}", flush=True)
 
 
 def ensure_ceiling(dataset: str, degree: str, seed: int) -> None:
@@ -523,7 +569,7 @@ def main(argv) -> None:
     if not done:
       if _TABLES_ONLY.value:
         continue
-      run_cell(*cell)
+      run_or_continue(*cell)
     dataset, degree, algorithm, seed = cell
     if algorithm == "pflego" and _CEILINGS.value and not _TABLES_ONLY.value:
       ensure_ceiling(dataset, degree, seed)

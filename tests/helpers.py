@@ -27,6 +27,9 @@ from tff_pflego.models import build_body
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = [sys.executable, os.path.join(REPO, "binaries", "train.py")]
 ENV = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+# Per-round CSV columns that measure time: they differ between equal runs.
+TIMING_COLUMNS = {"wall_time_s", "round_time_s", "client_time_s", "client_compute_s",
+                  "client_time_max_s", "server_time_s"}
 
 
 def tiny_run(data_dir, output_dir, rounds=2):

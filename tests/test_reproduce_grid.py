@@ -1,17 +1,24 @@
 """binaries/reproduce.py on a tiny grid: cells, seeds, ceilings, and tables that keep
-what earlier invocations wrote, also on a fresh clone (the records under --docs_dir)."""
+what earlier invocations wrote, also on a fresh clone (the records under --docs_dir);
+a stopped cell parked in its record continues on a fresh clone."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 
-from tests.helpers import ENV, REPO
+from tests.helpers import ENV, REPO, TIMING_COLUMNS
+from tff_pflego import records
 from tff_pflego.config import PAPER_ACCURACY
 from tff_pflego.training import grid
 from tff_pflego.training.release import read_rows
@@ -92,3 +99,53 @@ def test_a_grid_tabulates_seeds_ceilings_and_keeps_earlier_rows(prepared, tmp_pa
   with open(os.path.join(out, "results.md")) as f:
     assert f.read() == table  # the ceilings, the seeds' rows and the earlier row
   assert os.path.exists(os.path.join(out, "fashion_mnist_curves.png"))
+
+
+def _rows_without_timing(text: str) -> list[dict]:
+  return [{k: v for k, v in row.items() if k not in TIMING_COLUMNS}
+          for row in csv.DictReader(io.StringIO(text))]
+
+
+def test_a_stopped_cell_is_parked_and_ends_on_a_fresh_clone_as_an_uninterrupted_one(
+    prepared, tmp_path):
+  """SIGTERM mid-cell parks it in its record (newest checkpoint and logs); with the run
+  directory gone (a fresh clone), the same command continues from the parked round and
+  its record equals that of the cell run without a stop."""
+  def args(name):
+    return ["--datasets=fashion_mnist", "--degrees=high", "--algorithms=pflego",
+            "--num_clients=5", "--rounds=6", "--eval_every=1", "--checkpoint_every=1",
+            "--noceilings", f"--data_dir={prepared}", f"--output_dir={tmp_path / name}",
+            f"--docs_dir={tmp_path / name / 'docs'}", "--noprogress"]
+
+  straight = subprocess.run(REPRODUCE + args("straight"), env=ENV, capture_output=True,
+                            text=True, timeout=900)
+  assert straight.returncode == 0, straight.stderr[-3000:]
+
+  cell = os.path.join("fashion_mnist", "high", "pflego", "seed0_T6")
+  run, record = tmp_path / "stopped" / cell, tmp_path / "stopped" / "docs" / "runs" / cell
+  proc = subprocess.Popen(REPRODUCE + args("stopped"), env=ENV, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  deadline = time.monotonic() + 600
+  while not (run / "checkpoints" / "round_2").exists():
+    assert proc.poll() is None and time.monotonic() < deadline
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGTERM)
+  out, err = proc.communicate(timeout=120)
+  assert proc.returncode == 143, err[-3000:]
+  parked_at = int(re.search(r"stopped at round (\d+): parked in ", out).group(1))
+  assert 2 <= parked_at < 6 and not records.finished(str(record))
+  assert f"checkpoints/round_{parked_at}/saved_model.pb" in records.parked_files(str(record))
+
+  shutil.rmtree(run)  # a fresh clone: the record is in git, the run is not
+  again = subprocess.run(REPRODUCE + args("stopped"), env=ENV, capture_output=True,
+                         text=True, timeout=900)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert f"continuing the run parked in {record} at round {parked_at}" in again.stdout
+  assert re.search(rf"^resuming from round {parked_at} of 6$", again.stdout, re.MULTILINE)
+  reference = tmp_path / "straight" / "docs" / "runs" / cell
+  for name in ("metrics.csv", "rounds.csv"):
+    assert _rows_without_timing(records.read_text(str(record / name))) == (
+        _rows_without_timing(records.read_text(str(reference / name)))), name
+  summaries = [json.loads((d / "summary.json").read_text()) for d in (record, reference)]
+  assert summaries[0]["final"] == summaries[1]["final"]
+  assert not records.parked(str(record))

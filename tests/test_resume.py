@@ -16,11 +16,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.helpers import ENV, tiny_run
+from tests.helpers import ENV, TIMING_COLUMNS, tiny_run
 
 ROUNDS = 6
-TIMING_COLUMNS = {"wall_time_s", "round_time_s", "client_time_s", "client_compute_s",
-                  "client_time_max_s", "server_time_s"}
 
 
 def _run_args(data_dir, output_dir):

@@ -308,6 +308,41 @@ def test_records_keep_a_run_byte_stable_and_read_back(tmp_path):
   assert (tmp_path / "record" / "metrics.csv.gz").read_bytes() == packed
 
 
+def test_a_parked_run_unpacks_to_the_same_files_and_its_bytes_are_stable(tmp_path):
+  """An unfinished run parked in its record: only the asked paths, unpacked with the
+  same contents; parking again after the files' times change writes the same bytes;
+  the record of the finished run replaces the parked one."""
+  run = tmp_path / "run"
+  (run / "checkpoints" / "round_3" / "variables").mkdir(parents=True)
+  (run / "checkpoints" / "round_2").mkdir()
+  contents = {"metrics.csv": b"round,objective\n0,1.0\n",
+              "checkpoints/round_3/saved_model.pb": bytes(range(256)) * 3,
+              "checkpoints/round_3/variables/data": b"\x00\x01weights",
+              "checkpoints/round_2/saved_model.pb": b"older", "tff_worker.log": b"noise"}
+  for name, data in contents.items():
+    (run / name).write_bytes(data)
+  record = tmp_path / "record"
+  records.park(str(run), str(record), ("metrics.csv", "checkpoints/round_3", "absent"))
+  assert records.parked(str(record)) and not records.finished(str(record))
+  kept = sorted(["metrics.csv", "checkpoints/round_3/saved_model.pb",
+                 "checkpoints/round_3/variables/data"])
+  assert sorted(records.parked_files(str(record))) == kept
+  packed = (record / records.UNFINISHED).read_bytes()
+  assert packed[4:8] == bytes(4)
+  for name in contents:
+    os.utime(run / name, (7, 7))
+  records.park(str(run), str(record), ("metrics.csv", "checkpoints/round_3"))
+  assert (record / records.UNFINISHED).read_bytes() == packed
+  elsewhere = tmp_path / "fresh_clone_run"
+  records.unpark(str(record), str(elsewhere))
+  assert {name: (elsewhere / name).read_bytes() for name in kept} == {
+      name: contents[name] for name in kept}
+  assert not (elsewhere / "tff_worker.log").exists()
+  _fake_run(str(run), value=1.0)
+  records.keep(str(run), str(record))
+  assert not records.parked(str(record)) and records.finished(str(record))
+
+
 def test_claims_table_compares_the_optimizers_per_problem():
   """Hand-made curves: ASCD reaches LSGD's final 0.08 at communication 6 of 8 (0.05),
   LSGD's final is 4x ASCD's 0.02, ASVRCD's 0.005 is a quarter of it; a problem without

@@ -6,6 +6,11 @@ keeps what they are drawn from -- the run's summary.json as it is and its metric
 gzipped (byte-stable: no timestamp in the gzip header) -- in a directory that is
 committed, so a fresh clone redraws every figure and table without running anything.
 
+An unfinished run is *parked* in its record directory (`unfinished.tar.gz`: its logs and
+newest checkpoint, byte-stable too) so a run longer than a machine's session continues
+on the next machine; its checkpoint's fingerprint decides there whether it may resume.
+The record of the finished run replaces it.
+
 A *claim* (`<run_dir>.claim`, holding the claiming process's pid) marks a run as being
 made, so two grid invocations over one output directory never run the same cell at
 once; a claim whose process is gone is stale and is taken over.
@@ -18,6 +23,7 @@ import csv
 import gzip
 import io
 import os
+import tarfile
 from typing import Iterator, Optional, Sequence
 
 from tff_pflego import files
@@ -25,12 +31,22 @@ from tff_pflego import files
 SUMMARY = "summary.json"
 METRICS = "metrics.csv"
 RECORD = "record.json"  # facts about the run its kept files do not hold
+UNFINISHED = "unfinished.tar.gz"  # a parked run
 
 
 def finished(directory: str) -> bool:
   """Whether `directory` holds a finished run or its record (summary.json is written
   last)."""
   return os.path.exists(os.path.join(directory, SUMMARY))
+
+
+def _write_gzip(path: str, data: bytes) -> None:
+  """Writes `data` gzipped to `path` atomically, with no timestamp in the header (the
+  bytes depend on `data` alone)."""
+  with open(path + ".tmp", "wb") as raw:
+    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed:
+      packed.write(data)
+  os.replace(path + ".tmp", path)
 
 
 def keep(run_dir: str, record_dir: str, names: Sequence[str] = (METRICS,),
@@ -53,13 +69,57 @@ def keep(run_dir: str, record_dir: str, names: Sequence[str] = (METRICS,),
       files.copy_file(source, os.path.join(record_dir, name))
       continue
     with open(source, "rb") as f:
-      text = f.read()
-    path = os.path.join(record_dir, name + ".gz")
-    with open(path + ".tmp", "wb") as raw:
-      with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed:
-        packed.write(text)
-    os.replace(path + ".tmp", path)
+      _write_gzip(os.path.join(record_dir, name + ".gz"), f.read())
   files.copy_file(os.path.join(run_dir, SUMMARY), os.path.join(record_dir, SUMMARY))
+  with contextlib.suppress(FileNotFoundError):
+    os.remove(os.path.join(record_dir, UNFINISHED))
+
+
+def _walk(run_dir: str, paths: Sequence[str]) -> list[str]:
+  """The files under `paths` (relative to `run_dir`; a directory: all its files),
+  sorted."""
+  found = []
+  for path in paths:
+    full = os.path.join(run_dir, path)
+    if os.path.isfile(full):
+      found.append(path)
+    for root, _, names in os.walk(full):
+      found += [os.path.relpath(os.path.join(root, n), run_dir) for n in names]
+  return sorted(set(found))
+
+
+def park(run_dir: str, record_dir: str, paths: Sequence[str]) -> None:
+  """Keeps the unfinished run in `run_dir` as `record_dir`/unfinished.tar.gz: the files
+  under `paths` (relative to `run_dir`), with no owners or times, so the archive's
+  bytes depend only on the files' names and contents."""
+  buffer = io.BytesIO()
+  with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+    for name in _walk(run_dir, paths):
+      with open(os.path.join(run_dir, name), "rb") as f:
+        data = f.read()
+      info = tarfile.TarInfo(name)
+      info.size, info.mode = len(data), 0o644
+      archive.addfile(info, io.BytesIO(data))
+  os.makedirs(record_dir, exist_ok=True)
+  _write_gzip(os.path.join(record_dir, UNFINISHED), buffer.getvalue())
+
+
+def parked(record_dir: Optional[str]) -> bool:
+  """Whether `record_dir` holds a parked run."""
+  return bool(record_dir) and os.path.exists(os.path.join(record_dir, UNFINISHED))
+
+
+def parked_files(record_dir: str) -> list[str]:
+  """The files of the run parked in `record_dir` (relative paths)."""
+  with tarfile.open(os.path.join(record_dir, UNFINISHED), "r:gz") as archive:
+    return archive.getnames()
+
+
+def unpark(record_dir: str, run_dir: str) -> None:
+  """Unpacks the run parked in `record_dir` into `run_dir` (its files replace those of
+  the same name)."""
+  with tarfile.open(os.path.join(record_dir, UNFINISHED), "r:gz") as archive:
+    archive.extractall(run_dir, filter="data")
 
 
 def read_text(path: str) -> Optional[str]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from tff_pflego import config
 from tff_pflego.data import federated, sources
@@ -243,15 +243,17 @@ def check(values: dict[str, Any]) -> None:
       raise UserError(f"give {' or '.join('--' + n for n in group)}, not both")
 
 
-def define_flags(module_name: str, flag_values=None) -> dict[str, Any]:
-  """Defines an absl flag per setting, as flags of `module_name` (the binary's
-  `__name__`, so that `--help` lists them); returns name -> FlagHolder."""
+def define_flags(module_name: str, flag_values=None,
+                 names: Optional[Sequence[str]] = None) -> dict[str, Any]:
+  """Defines an absl flag per setting (or per setting in `names`), as flags of
+  `module_name` (the binary's `__name__`, so that `--help` lists them); returns
+  name -> FlagHolder."""
   from absl import flags
   if module_name == "__main__":  # absl files a script's own flags under its path
     module_name = sys.argv[0]
   flag_values = flag_values or flags.FLAGS
   holders = {}
-  for s in SETTINGS.values():
+  for s in (SETTINGS.values() if names is None else [SETTINGS[n] for n in names]):
     kwargs = dict(flag_values=flag_values, module_name=module_name)
     if s.choices:
       holders[s.name] = flags.DEFINE_enum(s.name, s.default, s.choices, s.help, **kwargs)
@@ -267,7 +269,7 @@ def define_flags(module_name: str, flag_values=None) -> dict[str, Any]:
       holders[s.name] = flags.DEFINE_list(s.name, s.default, s.help, **kwargs)
     else:
       holders[s.name] = flags.DEFINE_string(s.name, s.default, s.help, **kwargs)
-  for group in EXCLUSIVE:
+  for group in (EXCLUSIVE if names is None else ()):
     flags.mark_flags_as_mutual_exclusive(list(group), flag_values=flag_values)
   return holders
 
