@@ -55,6 +55,7 @@ flags.DEFINE_integer("eval_every", _D.eval_every, "Rounds between evaluations.",
                      lower_bound=1)
 flags.DEFINE_string("output_dir", None, "Where the outputs go.")
 flags.DEFINE_bool("overwrite", False, "Replace a run already in --output_dir.")
+flags.DEFINE_bool("progress", True, "A progress bar.")
 flags.mark_flag_as_required("output_dir")
 
 
@@ -70,7 +71,7 @@ def main(argv: list[str]) -> None:
       reparametrize=not f.no_reparametrize, p_w=f.p_w, mt_alpha=f.mt_alpha,
       devices_per_round=f.devices_per_round, ascd_variant=f.ascd_variant,
       local_steps=f.local_steps, lsgd_lr=f.lsgd_lr, eval_every=f.eval_every,
-      output_dir=f.output_dir, overwrite=f.overwrite, progress=True)
+      output_dir=f.output_dir, overwrite=f.overwrite, progress=f.progress)
   config.check()
   experiment.check_output_dir(config)
   with runtime.execution_context():

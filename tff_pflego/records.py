@@ -22,12 +22,14 @@ import contextlib
 import csv
 import gzip
 import io
+import math
 import os
 import tarfile
 from typing import Iterator, Optional, Sequence
 
 from tff_pflego import files
 
+ROUND = "round"  # the key column of a run's CSVs
 SUMMARY = "summary.json"
 METRICS = "metrics.csv"
 RECORD = "record.json"  # facts about the run its kept files do not hold
@@ -133,10 +135,20 @@ def read_text(path: str) -> Optional[str]:
   return None
 
 
-def read_metrics(directory: str) -> list[dict]:
-  """The metrics rows (every value a float) of a run directory or of a record."""
-  text = read_text(os.path.join(directory, METRICS))
-  return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(text))]
+def read_rows(path: str) -> list[dict[str, float]]:
+  """The rows of a CSV of numbers (or of its record `path`.gz), parsed to floats ("" is
+  NaN), in round order; [] if neither exists."""
+  text = read_text(path)
+  if text is None:
+    return []
+  rows = [{k: float(v) if v not in ("", None) else math.nan for k, v in row.items()}
+          for row in csv.DictReader(io.StringIO(text))]
+  return sorted(rows, key=lambda r: r[ROUND])
+
+
+def read_metrics(directory: str) -> list[dict[str, float]]:
+  """The metrics rows of a run directory or of a record."""
+  return read_rows(os.path.join(directory, METRICS))
 
 
 def _alive(pid: int) -> bool:

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import csv
-import io
-import math
 import os
 from typing import Mapping, Optional
 
@@ -28,18 +26,10 @@ from tff_pflego.training import program_io
 
 METRICS_FILE = "metrics.csv"
 ROUNDS_FILE = "rounds.csv"
-KEY = "round"
+KEY = records.ROUND
 
 
-def read_rows(path: str) -> list[dict[str, float]]:
-  """The rows of a released CSV (or of its gzipped record), numbers parsed, in round
-  order."""
-  text = records.read_text(path)
-  if text is None:
-    return []
-  rows = [{k: float(v) if v not in ("", None) else math.nan for k, v in row.items()}
-          for row in csv.DictReader(io.StringIO(text))]
-  return sorted(rows, key=lambda r: r[KEY])
+read_rows = records.read_rows  # the rows of a released CSV or of its record
 
 
 def truncate_after(path: str, round_num: int) -> None:
