@@ -35,6 +35,7 @@ from tff_pflego import cli  # pylint: disable=g-bad-import-order
 
 import json
 import os
+import re
 from typing import Optional
 
 from absl import flags
@@ -392,8 +393,29 @@ def write_tables(results: list[dict]) -> None:
   notes = _notes(results)
   if notes:
     lines += [f"## Cells more than {100 * MARGIN:.1f} points from the paper", ""] + notes
+  lines += _parked_cells()
   with open(os.path.join(_OUTPUT_DIR.value, "results.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
+
+
+def _parked_cells() -> list[str]:
+  """A section listing the unfinished cells parked in records, with their round."""
+  if not _DOCS_DIR.value:
+    return []
+  root, found = os.path.join(_DOCS_DIR.value, "runs"), []
+  for directory, _, names in sorted(os.walk(root)):
+    if records.UNFINISHED in names and not records.finished(directory):
+      found.append(os.path.relpath(directory, root))
+  if not found:
+    return []
+  lines = ["", "## Unfinished cells (parked: the same command continues them)", ""]
+  for cell in found:
+    shortened = re.search(r"_T(\d+)$", cell)
+    rounds = int(shortened.group(1)) if shortened else paper_table_rounds(
+        cell.split(os.sep)[0])
+    stopped_at = checkpoint_round(records.parked_files(os.path.join(root, cell)))
+    lines.append(f"- {cell}: round {stopped_at} of {rounds}")
+  return lines
 
 
 def _loss_check(results: list[dict]) -> list[str]:

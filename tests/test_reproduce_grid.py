@@ -135,6 +135,11 @@ def test_a_stopped_cell_is_parked_and_ends_on_a_fresh_clone_as_an_uninterrupted_
   parked_at = int(re.search(r"stopped at round (\d+): parked in ", out).group(1))
   assert 2 <= parked_at < 6 and not records.finished(str(record))
   assert f"checkpoints/round_{parked_at}/saved_model.pb" in records.parked_files(str(record))
+  tables = subprocess.run(REPRODUCE + args("stopped") + ["--tables_only"], env=ENV,
+                          capture_output=True, text=True, timeout=300)
+  assert tables.returncode == 0, tables.stderr[-3000:]
+  assert (f"- fashion_mnist/high/pflego/seed0_T6: round {parked_at} of 6\n" in
+          (tmp_path / "stopped" / "docs" / "results.md").read_text())
 
   shutil.rmtree(run)  # a fresh clone: the record is in git, the run is not
   again = subprocess.run(REPRODUCE + args("stopped"), env=ENV, capture_output=True,
@@ -149,3 +154,4 @@ def test_a_stopped_cell_is_parked_and_ends_on_a_fresh_clone_as_an_uninterrupted_
   summaries = [json.loads((d / "summary.json").read_text()) for d in (record, reference)]
   assert summaries[0]["final"] == summaries[1]["final"]
   assert not records.parked(str(record))
+  assert "Unfinished" not in (tmp_path / "stopped" / "docs" / "results.md").read_text()
