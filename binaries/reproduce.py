@@ -33,6 +33,7 @@ from __future__ import annotations
 # First: sets the logging defaults and a one-line Ctrl-C before TensorFlow loads.
 from tff_pflego import cli  # pylint: disable=g-bad-import-order
 
+import contextlib
 import json
 import os
 import re
@@ -573,6 +574,25 @@ def previous_results() -> list[dict]:
   return rows
 
 
+def process_cell(label: str, cell: tuple) -> Optional[dict]:
+  """Runs the cell unless it is done (or only tabulates it with --tables_only), its
+  ceiling and record; returns its results row (None: not run)."""
+  done = cell_source(*cell) is not None
+  print(f"{label}: "
+        f"{'done, skipped' if done else 'missing' if _TABLES_ONLY.value else 'running'}",
+        flush=True)
+  if not done:
+    if _TABLES_ONLY.value:
+      return None
+    run_or_continue(*cell)
+  dataset, degree, algorithm, seed = cell
+  if algorithm == "pflego" and _CEILINGS.value and not _TABLES_ONLY.value:
+    ensure_ceiling(dataset, degree, seed)
+  if _DOCS_DIR.value and cells.finished(cell_dir(*cell)):
+    keep_record(*cell)
+  return cell_result(*cell)
+
+
 def main(argv) -> None:
   from tff_pflego.training import grid
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
@@ -584,22 +604,18 @@ def main(argv) -> None:
           for a in _ALGORITHMS.value for s in _SEEDS.value]
   fresh = []
   for number, cell in enumerate(work, 1):
-    done = cell_source(*cell) is not None
-    print(f"[{number}/{len(work)}] {'/'.join(map(str, cell))}: "
-          f"{'done, skipped' if done else 'missing' if _TABLES_ONLY.value else 'running'}",
-          flush=True)
-    if not done:
-      if _TABLES_ONLY.value:
+    label = f"[{number}/{len(work)}] {'/'.join(map(str, cell))}"
+    with (contextlib.nullcontext(True) if _TABLES_ONLY.value
+          else records.claim(cell_dir(*cell))) as mine:
+      if not mine:  # another invocation over the same --output_dir runs it
+        print(f"{label}: being run by process {records.holder(cell_dir(*cell))}, "
+              "skipped", flush=True)
         continue
-      run_or_continue(*cell)
-    dataset, degree, algorithm, seed = cell
-    if algorithm == "pflego" and _CEILINGS.value and not _TABLES_ONLY.value:
-      ensure_ceiling(dataset, degree, seed)
-    if _DOCS_DIR.value and cells.finished(cell_dir(*cell)):
-      keep_record(*cell)
-    fresh.append(cell_result(*cell))
-    write_tables(grid.merge(previous_results(), fresh))  # re-read: another grid may
-    plot(dataset)                                          # share the directory
+      result = process_cell(label, cell)
+    if result is not None:
+      fresh.append(result)
+      write_tables(grid.merge(previous_results(), fresh))  # re-read: another grid may
+      plot(cell[0])                                          # share the directory
   if not fresh:
     write_tables(previous_results())
   if _DOCS_DIR.value:

@@ -155,3 +155,27 @@ def test_a_stopped_cell_is_parked_and_ends_on_a_fresh_clone_as_an_uninterrupted_
   assert summaries[0]["final"] == summaries[1]["final"]
   assert not records.parked(str(record))
   assert "Unfinished" not in (tmp_path / "stopped" / "docs" / "results.md").read_text()
+
+
+def test_a_cell_claimed_by_a_live_process_is_left_to_it(prepared, tmp_path):
+  """Two invocations over one --output_dir: a cell another live process claims is
+  skipped, not run twice; its claim is left as it is."""
+  out = tmp_path / "grid"
+  run = out / "fashion_mnist" / "high" / "pflego" / "seed0_T2"
+  sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+  try:
+    run.parent.mkdir(parents=True)
+    (tmp_path / "grid" / "fashion_mnist" / "high" / "pflego" / "seed0_T2.claim").write_text(
+        f"{sleeper.pid}\n")
+    done = subprocess.run(
+        REPRODUCE + ["--datasets=fashion_mnist", "--degrees=high", "--algorithms=pflego",
+                     "--num_clients=5", "--rounds=2", f"--data_dir={prepared}",
+                     f"--output_dir={out}", "--noprogress"],
+        env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (f"[1/1] fashion_mnist/high/pflego/0: being run by process {sleeper.pid}, "
+            "skipped") in done.stdout
+    assert not run.exists()
+    assert (run.parent / "seed0_T2.claim").read_text() == f"{sleeper.pid}\n"
+  finally:
+    sleeper.kill()
