@@ -508,10 +508,12 @@ def plot(dataset: str) -> None:
   one_alphabet = sources.get_dataset_spec(dataset).partition == "alphabets"
   for column, degree in enumerate(degrees):
     for algorithm in _ordered(present, ALGORITHM_ORDER):
-      runs = [_rows(os.path.join(d, "metrics.csv"))
-              for d in _seed_dirs(dataset, degree, algorithm)]
+      directories = _seed_dirs(dataset, degree, algorithm)
+      runs = [_rows(os.path.join(d, "metrics.csv")) for d in directories]
       if not runs:
         continue
+      with open(os.path.join(directories[0], "summary.json")) as f:
+        total = json.load(f)["rounds"]
       length = min(len(r) for r in runs)
       rounds = [r["round"] for r in runs[0][:length]]
       color, dashes = LINE_STYLES.get(algorithm, ("black", ":"))
@@ -523,7 +525,8 @@ def plot(dataset: str) -> None:
         if len(runs) > 1:
           axes[row][column].fill_between(rounds, values.min(0), values.max(0),
                                          color=color, alpha=0.18, lw=0)
-      label = algorithm + (f" ({len(runs)} seeds)" if len(runs) > 1 else "")
+      label = algorithm + (f" ({len(runs)} seeds)" if len(runs) > 1 else "") + (
+          f" (shortened: T={total})" if total < paper_table_rounds(dataset) else "")
       handles.setdefault(label, line)
     axes[0][column].set(title="one alphabet per client" if one_alphabet
                         else DEGREE_TITLES.get(degree, degree), yscale="log",
