@@ -608,8 +608,8 @@ def main(argv) -> None:
   fresh = []
   for number, cell in enumerate(work, 1):
     label = f"[{number}/{len(work)}] {'/'.join(map(str, cell))}"
-    with (contextlib.nullcontext(True) if _TABLES_ONLY.value
-          else records.claim(cell_dir(*cell))) as mine:
+    to_run = not _TABLES_ONLY.value and cell_source(*cell) is None
+    with records.claim(cell_dir(*cell)) if to_run else contextlib.nullcontext(True) as mine:
       if not mine:  # another invocation over the same --output_dir runs it
         print(f"{label}: being run by process {records.holder(cell_dir(*cell))}, "
               "skipped", flush=True)
