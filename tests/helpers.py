@@ -38,6 +38,19 @@ def tiny_run(data_dir, output_dir, rounds=2):
                   f"--output_dir={output_dir}", "--noprogress"]
 
 
+def claim_in_another_process(run_dir: str) -> subprocess.Popen:
+  """A live process holding `run_dir`'s claim (`records.claim`) until killed."""
+  proc = subprocess.Popen(
+      [sys.executable, "-c", "import sys, time\n"
+       "from tff_pflego import records\n"
+       "with records.claim(sys.argv[1]) as mine:\n"
+       "  print(mine, flush=True)\n"
+       "  time.sleep(300)\n", run_dir],
+      env=ENV, stdout=subprocess.PIPE, text=True)
+  assert proc.stdout.readline().strip() == "True"
+  return proc
+
+
 def workers_of(pid: int) -> list[psutil.Process]:
   try:
     return [c for c in psutil.Process(pid).children(recursive=True)

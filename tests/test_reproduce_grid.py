@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from tests.helpers import ENV, REPO, TIMING_COLUMNS
+from tests.helpers import ENV, REPO, TIMING_COLUMNS, claim_in_another_process
 from tff_pflego import records
 from tff_pflego.config import PAPER_ACCURACY
 from tff_pflego.training import grid
@@ -162,11 +162,8 @@ def test_a_cell_claimed_by_a_live_process_is_left_to_it(prepared, tmp_path):
   skipped, not run twice; its claim is left as it is."""
   out = tmp_path / "grid"
   run = out / "fashion_mnist" / "high" / "pflego" / "seed0_T2"
-  sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+  sleeper = claim_in_another_process(str(run))
   try:
-    run.parent.mkdir(parents=True)
-    (tmp_path / "grid" / "fashion_mnist" / "high" / "pflego" / "seed0_T2.claim").write_text(
-        f"{sleeper.pid}\n")
     done = subprocess.run(
         REPRODUCE + ["--datasets=fashion_mnist", "--degrees=high", "--algorithms=pflego",
                      "--num_clients=5", "--rounds=2", f"--data_dir={prepared}",

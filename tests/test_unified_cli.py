@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.helpers import ENV, REPO
+from tests.helpers import ENV, REPO, claim_in_another_process
 from tff_pflego import records
 from tff_pflego.unified import real_data
 
@@ -251,23 +251,26 @@ def test_run_cells_reruns_a_cell_cut_by_a_lost_worker_with_a_new_worker(tmp_path
 def test_run_cells_leaves_cells_to_other_processes(tmp_path):
   """One output directory, several invocations: a cell claimed by a live process is
   skipped, one another process finished meanwhile is not run again, and a claim whose
-  process is gone is taken over (and released after the run)."""
+  process is gone, or whose pid is alive but holds no lock, is taken over (and released
+  after the run)."""
   import contextlib
   module = _reproduce_unified()
   module.flags.FLAGS(["reproduce_unified", f"--output_dir={tmp_path}",
                       f"--docs_dir={tmp_path / 'docs'}"])
-  sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-  gone = subprocess.Popen([sys.executable, "-c", "pass"])
+  stale, held, finished_meanwhile, free, reused = [
+      module.Cell("synthetic_mx2", "mx2", 0.3, None, a)
+      for a in ("ascd_pfl", "lsgd_pfl", "scd_pfl", "l2sgd_plus", "svrcd_pfl")]
+  claims = {c.run_name: c.config().output_dir + ".claim" for c in (stale, held, reused)}
+  os.makedirs(os.path.dirname(claims["svrcd_pfl"]), exist_ok=True)
+  with open(claims["svrcd_pfl"], "w") as f:
+    f.write("1\n")  # a live pid (reused, say) that holds no claim: it is free
+  gone = claim_in_another_process(stale.config().output_dir)
+  gone.kill()  # dies holding the claim: the kernel frees it, the file stays
   gone.wait()
+  sleeper = claim_in_another_process(held.config().output_dir)
   try:
-    stale, held, finished_meanwhile, free = [
-        module.Cell("synthetic_mx2", "mx2", 0.3, None, a)
-        for a in ("ascd_pfl", "lsgd_pfl", "scd_pfl", "l2sgd_plus")]
-    claims = {c.run_name: c.config().output_dir + ".claim" for c in (stale, held)}
-    for cell, pid in ((stale, gone.pid), (held, sleeper.pid)):
-      os.makedirs(os.path.dirname(claims[cell.run_name]), exist_ok=True)
-      with open(claims[cell.run_name], "w") as f:
-        f.write(f"{pid}\n")
+    with open(claims["ascd_pfl"]) as f:
+      assert int(f.read()) == gone.pid
     runs = []
 
     def run(config):
@@ -277,8 +280,9 @@ def test_run_cells_leaves_cells_to_other_processes(tmp_path):
       _fake_run(config.output_dir)
       _fake_run(finished_meanwhile.config().output_dir)  # as another invocation would
 
-    module.run_cells([stale, held, finished_meanwhile, free], run, contextlib.nullcontext)
-    assert runs == ["ascd_pfl", "l2sgd_plus"]
+    module.run_cells([stale, held, finished_meanwhile, free, reused], run,
+                     contextlib.nullcontext)
+    assert runs == ["ascd_pfl", "l2sgd_plus", "svrcd_pfl"]
     assert not os.path.exists(claims["ascd_pfl"])  # released
     with open(claims["lsgd_pfl"]) as f:
       assert int(f.read()) == sleeper.pid  # another's claim is left alone

@@ -11,15 +11,16 @@ newest checkpoint, byte-stable too) so a run longer than a machine's session con
 on the next machine; its checkpoint's fingerprint decides there whether it may resume.
 The record of the finished run replaces it.
 
-A *claim* (`<run_dir>.claim`, holding the claiming process's pid) marks a run as being
-made, so two grid invocations over one output directory never run the same cell at
-once; a claim whose process is gone is stale and is taken over.
+A *claim* (`<run_dir>.claim`, locked with `flock` by the claiming process and holding
+its pid) marks a run as being made, so two grid invocations over one output directory
+never run the same cell at once; the claim of a process that is gone is free.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import fcntl
 import gzip
 import io
 import math
@@ -151,57 +152,63 @@ def read_metrics(directory: str) -> list[dict[str, float]]:
   return read_rows(os.path.join(directory, METRICS))
 
 
-def _alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:  # someone else's process
-    return True
-  return True
+def _lock(path: str) -> Optional[int]:
+  """A descriptor of `path` (created if missing) under this process's exclusive lock, or
+  None when another process holds the lock. If the file was removed or replaced between
+  opening and locking (its holder released it), the new one is tried."""
+  while True:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      os.close(fd)
+      return None
+    try:
+      current = os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+      current = False
+    if current:
+      return fd
+    os.close(fd)
 
 
 def holder(run_dir: str) -> Optional[int]:
-  """The pid of the live process that claims `run_dir`, else None."""
+  """The pid written in `run_dir`'s claim if that process is alive, else None: for
+  messages (whether the claim is held is the lock's to say, see `claim`)."""
   try:
     with open(run_dir + ".claim") as f:
-      pid = int(f.read().strip() or 0)
-  except (FileNotFoundError, ValueError):
+      text = f.read().strip()
+  except FileNotFoundError:
     return None
-  return pid if pid and _alive(pid) else None
-
-
-def _take(run_dir: str) -> bool:
-  """Creates `<run_dir>.claim` with this process's pid unless a live process holds it."""
-  path = run_dir + ".claim"
-  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-  mine = f"{path}.{os.getpid()}"
-  with open(mine, "w") as f:
-    f.write(f"{os.getpid()}\n")
+  if not text.isdigit():
+    return None
   try:
-    for _ in range(2):
-      try:
-        os.link(mine, path)  # atomic, and the claim is never seen without its pid
-        return True
-      except FileExistsError:
-        if holder(run_dir) is not None:
-          return False
-        with contextlib.suppress(FileNotFoundError):
-          os.remove(path)  # stale: its process is gone
-    return False  # another process took the stale claim first
-  finally:
-    os.remove(mine)
+    os.kill(int(text), 0)
+  except ProcessLookupError:
+    return None
+  except PermissionError:  # someone else's process
+    pass
+  return int(text)
 
 
 @contextlib.contextmanager
 def claim(run_dir: str) -> Iterator[bool]:
   """Claims `run_dir` for this process while the block runs; yields False (and claims
-  nothing) when a live process already holds it. A stale claim is taken over."""
-  if not _take(run_dir):
+  nothing) when a live process already holds it. The claim is `<run_dir>.claim` under
+  an exclusive `flock`, holding this process's pid: the kernel drops the lock when the
+  process dies, so a claim left by a crash is free (no pid is trusted: pids are
+  reused)."""
+  path = run_dir + ".claim"
+  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+  fd = _lock(path)
+  if fd is None:
     yield False
     return
   try:
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
     yield True
   finally:
     with contextlib.suppress(FileNotFoundError):
-      os.remove(run_dir + ".claim")
+      os.remove(path)  # under the lock: one that opened it meanwhile sees it replaced
+    os.close(fd)
