@@ -11,7 +11,9 @@ never averaged with a full one). The paper's T is the round its tables report: 2
 resumable: a finished cell is skipped, and a cell cut short resumes from its
 checkpoint; with `--docs_dir`, a cell stopped before its end (Ctrl-C, SIGTERM, an
 error) is parked in its record (`tff_pflego/records.py`: its logs and newest
-checkpoint) and continues from there on another machine or a fresh clone. Writes, after every cell:
+checkpoint) and continues from there on another machine or a fresh clone. Several
+invocations over one --output_dir share the grid: a cell claimed by one is skipped by
+the others. Writes, after every cell:
   results.csv   one row per cell: the mean and std of the last 10 evaluations; rows of
                 cells outside this invocation (other datasets, degrees, ...) are kept
   results.md    per dataset, one table per evaluation protocol (all clients; sampled
