@@ -38,7 +38,6 @@ from tff_pflego import cli  # pylint: disable=g-bad-import-order
 import contextlib
 import json
 import os
-import re
 from typing import Optional
 
 from absl import flags
@@ -422,10 +421,9 @@ def _parked_cells() -> list[str]:
     return []
   lines = ["", "## Unfinished cells (parked: the same command continues them)", ""]
   for cell in found:
-    shortened = re.search(r"_T(\d+)$", cell)
-    rounds = int(shortened.group(1)) if shortened else paper_table_rounds(
-        cell.split(os.sep)[0])
-    stopped_at = checkpoint_round(records.parked_files(os.path.join(root, cell)))
+    record = os.path.join(root, cell)
+    rounds = json.loads(records.parked_file(record, "config.json"))["rounds"]
+    stopped_at = checkpoint_round(records.parked_files(record))
     lines.append(f"- {cell}: round {stopped_at} of {rounds}")
   return lines
 

@@ -331,6 +331,7 @@ def test_a_parked_run_unpacks_to_the_same_files_and_its_bytes_are_stable(tmp_pat
   kept = sorted(["metrics.csv", "checkpoints/round_3/saved_model.pb",
                  "checkpoints/round_3/variables/data"])
   assert sorted(records.parked_files(str(record))) == kept
+  assert records.parked_file(str(record), "metrics.csv") == contents["metrics.csv"]
   packed = (record / records.UNFINISHED).read_bytes()
   assert packed[4:8] == bytes(4)
   for name in contents:

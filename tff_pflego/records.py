@@ -118,6 +118,13 @@ def parked_files(record_dir: str) -> list[str]:
     return archive.getnames()
 
 
+def parked_file(record_dir: str, name: str) -> bytes:
+  """The contents of `name` (a path relative to the run) in the run parked in
+  `record_dir`."""
+  with tarfile.open(os.path.join(record_dir, UNFINISHED), "r:gz") as archive:
+    return archive.extractfile(name).read()
+
+
 def unpark(record_dir: str, run_dir: str) -> None:
   """Unpacks the run parked in `record_dir` into `run_dir` (its files replace those of
   the same name)."""
