@@ -52,27 +52,33 @@ profile-round: setup
 ## are kept as records under docs/runs and skipped, a cell stopped mid-way is parked
 ## there and continued. Several `make reproduce` at once share the grid (claims).
 REPRODUCE := $(PY) binaries/reproduce.py --output_dir=runs/reproduce --docs_dir=docs
+## An invocation that fails (a cell failed; reproduce.py ran the rest of its cells) lets
+## the next one run and fails the recipe at its end; a stop (Ctrl-C, SIGTERM: exit
+## 128 + signal) stops the grid.
+GO_ON = || { status=$$?; [ $$status -lt 128 ] || exit $$status; failed=1; }
 reproduce: setup
-	$(REPRODUCE) --datasets=cifar10 --algorithms=pflego
-	$(REPRODUCE) --datasets=omniglot --algorithms=pflego --eval_every=20
-	$(REPRODUCE) --datasets=emnist_letters --algorithms=fedrecon,fedper,fedavg
+	@failed=0; \
+	$(REPRODUCE) --datasets=cifar10 --algorithms=pflego $(GO_ON); \
+	$(REPRODUCE) --datasets=omniglot --algorithms=pflego --eval_every=20 $(GO_ON); \
+	$(REPRODUCE) --datasets=emnist_letters --algorithms=fedrecon,fedper,fedavg $(GO_ON); \
 	$(REPRODUCE) --datasets=fashion_mnist --degrees=medium,none \
-	    --algorithms=fedrecon,ditto,fedrep,fedprox,fedbabu
+	    --algorithms=fedrecon,ditto,fedrep,fedprox,fedbabu $(GO_ON); \
 	$(REPRODUCE) --datasets=mnist --degrees=medium,none \
-	    --algorithms=fedrecon,ditto,fedper,fedavg,fedprox,fedrep,fedbabu
-	$(REPRODUCE) --datasets=mnist --degrees=high --algorithms=fedprox,fedrep,fedbabu
-	$(REPRODUCE) --datasets=cifar10 --degrees=high --algorithms=fedrecon
-	$(REPRODUCE) --datasets=omniglot --algorithms=fedrecon --rounds=100 --eval_every=20
+	    --algorithms=fedrecon,ditto,fedper,fedavg,fedprox,fedrep,fedbabu $(GO_ON); \
+	$(REPRODUCE) --datasets=mnist --degrees=high --algorithms=fedprox,fedrep,fedbabu $(GO_ON); \
+	$(REPRODUCE) --datasets=cifar10 --degrees=high --algorithms=fedrecon $(GO_ON); \
+	$(REPRODUCE) --datasets=omniglot --algorithms=fedrecon --rounds=100 --eval_every=20 $(GO_ON); \
 	$(REPRODUCE) --datasets=cifar10 --degrees=high --rounds=50 \
-	    --algorithms=fedavg,fedper,fedprox,fedrep,fedbabu,ditto
+	    --algorithms=fedavg,fedper,fedprox,fedrep,fedbabu,ditto $(GO_ON); \
 	$(REPRODUCE) --datasets=fashion_mnist --degrees=medium,none --algorithms=pflego \
-	    --seeds=1,2,3,4
-	$(REPRODUCE) --datasets=mnist --degrees=high --algorithms=fedrecon --seeds=1,2,3,4
-	$(REPRODUCE) --datasets=emnist_letters --algorithms=pflego
+	    --seeds=1,2,3,4 $(GO_ON); \
+	$(REPRODUCE) --datasets=mnist --degrees=high --algorithms=fedrecon --seeds=1,2,3,4 $(GO_ON); \
+	$(REPRODUCE) --datasets=emnist_letters --algorithms=pflego $(GO_ON); \
 	$(REPRODUCE) --datasets=fashion_mnist \
-	    --algorithms=pflego,fedavg,fedper,fedprox,fedrep,fedbabu,ditto,fedrecon
-	$(REPRODUCE) --datasets=mnist --algorithms=pflego --seeds=0,1,2,3,4
-	$(REPRODUCE) --datasets=mnist --degrees=high --algorithms=fedrecon,ditto,fedper,fedavg
+	    --algorithms=pflego,fedavg,fedper,fedprox,fedrep,fedbabu,ditto,fedrecon $(GO_ON); \
+	$(REPRODUCE) --datasets=mnist --algorithms=pflego --seeds=0,1,2,3,4 $(GO_ON); \
+	$(REPRODUCE) --datasets=mnist --degrees=high --algorithms=fedrecon,ditto,fedper,fedavg $(GO_ON); \
+	exit $$failed
 
 ## PFLEGO's accuracy outside TFF (plain TF, same seed) and two central references.
 crosscheck: setup

@@ -11,7 +11,9 @@ never averaged with a full one). The paper's T is the round its tables report: 2
 resumable: a finished cell is skipped, and a cell cut short resumes from its
 checkpoint; with `--docs_dir`, a cell stopped before its end (Ctrl-C, SIGTERM, an
 error) is parked in its record (`tff_pflego/records.py`: its logs and newest
-checkpoint) and continues from there on another machine or a fresh clone. Several
+checkpoint) and continues from there on another machine or a fresh clone. A cell that
+fails does not stop the grid: the others run, then the invocation exits 1 naming the
+failed cells (a stop signal stops it at once, exit 130 / 143). Several
 invocations over one --output_dir share the grid: a cell claimed by one is skipped by
 the others. Writes, after every cell:
   results.csv   one row per cell: the mean and std of the last 10 evaluations; rows of
@@ -38,6 +40,7 @@ from tff_pflego import cli  # pylint: disable=g-bad-import-order
 import contextlib
 import json
 import os
+import traceback
 from typing import Optional
 
 from absl import flags
@@ -45,7 +48,7 @@ import numpy as np
 
 from tff_pflego import records, settings
 from tff_pflego.config import paper_table_rounds
-from tff_pflego.errors import UserError
+from tff_pflego.errors import RuntimeFailure, UserError
 from tff_pflego.training import cells
 
 
@@ -605,6 +608,24 @@ def process_cell(label: str, cell: tuple) -> Optional[dict]:
   return cell_result(*cell)
 
 
+def first_line(error: BaseException) -> str:
+  return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def failed_cell(label: str, error: Exception) -> bool:
+  """Whether the grid goes on after a cell raised `error`: not when a stop signal
+  (Ctrl-C, SIGTERM) raised it. Says why the cell failed: one line for a user's error
+  or a failure outside the run's control, the traceback for anything else (a defect)."""
+  from tff_pflego import runtime
+  if runtime.stop_signal() is not None:
+    return False
+  if not isinstance(error, (UserError, RuntimeFailure)):
+    traceback.print_exc()
+  print(f"{label}: failed: {first_line(error)}; going on with the other cells",
+        flush=True)
+  return True
+
+
 def main(argv) -> None:
   from tff_pflego.training import grid
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
@@ -614,7 +635,7 @@ def main(argv) -> None:
                           f"{', '.join(DEGREES)}")
   work = [(d, g, a, int(s)) for d in _DATASETS.value for g in degrees_of(d)
           for a in _ALGORITHMS.value for s in _SEEDS.value]
-  fresh = []
+  fresh, failed = [], []
   for number, cell in enumerate(work, 1):
     label = f"[{number}/{len(work)}] {'/'.join(map(str, cell))}"
     to_run = not _TABLES_ONLY.value and cell_source(*cell) is None
@@ -623,7 +644,13 @@ def main(argv) -> None:
         print(f"{label}: being run by process {records.holder(cell_dir(*cell))}, "
               "skipped", flush=True)
         continue
-      result = process_cell(label, cell)
+      try:
+        result = process_cell(label, cell)
+      except Exception as e:  # pylint: disable=broad-except
+        if not failed_cell(label, e):
+          raise
+        failed.append(f"{'/'.join(map(str, cell))} ({first_line(e)})")
+        continue
     if result is not None:
       fresh.append(result)
       write_tables(grid.merge(previous_results(), fresh))  # re-read: another grid may
@@ -633,6 +660,9 @@ def main(argv) -> None:
   if _DOCS_DIR.value:
     copy_to_docs(_DATASETS.value)
   print(open(os.path.join(_OUTPUT_DIR.value, "results.md")).read())
+  if failed:
+    raise RuntimeFailure(f"{len(failed)} of {len(work)} cells failed (the others ran): "
+                         f"{'; '.join(failed)}")
 
 
 if __name__ == "__main__":

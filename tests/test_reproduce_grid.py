@@ -108,9 +108,9 @@ def _rows_without_timing(text: str) -> list[dict]:
 
 def test_a_stopped_cell_is_parked_and_ends_on_a_fresh_clone_as_an_uninterrupted_one(
     prepared, tmp_path):
-  """SIGTERM mid-cell parks it in its record (newest checkpoint and logs); with the run
-  directory gone (a fresh clone), the same command continues from the parked round and
-  its record equals that of the cell run without a stop."""
+  """SIGTERM mid-cell parks it in its record (newest checkpoint and logs) and ends the
+  grid; with the run directory gone (a fresh clone), the same command continues from the
+  parked round and its record equals that of the cell run without a stop."""
   def args(name):
     return ["--datasets=fashion_mnist", "--degrees=high", "--algorithms=pflego",
             "--num_clients=5", "--rounds=6", "--eval_every=1", "--checkpoint_every=1",
@@ -123,8 +123,9 @@ def test_a_stopped_cell_is_parked_and_ends_on_a_fresh_clone_as_an_uninterrupted_
 
   cell = os.path.join("fashion_mnist", "high", "pflego", "seed0_T6")
   run, record = tmp_path / "stopped" / cell, tmp_path / "stopped" / "docs" / "runs" / cell
-  proc = subprocess.Popen(REPRODUCE + args("stopped"), env=ENV, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+  # A second cell after it: the stop must end the grid, not only the cell.
+  proc = subprocess.Popen(REPRODUCE + args("stopped") + ["--seeds=0,1"], env=ENV,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   deadline = time.monotonic() + 600
   while not (run / "checkpoints" / "round_2").exists():
     assert proc.poll() is None and time.monotonic() < deadline
@@ -132,6 +133,7 @@ def test_a_stopped_cell_is_parked_and_ends_on_a_fresh_clone_as_an_uninterrupted_
   proc.send_signal(signal.SIGTERM)
   out, err = proc.communicate(timeout=120)
   assert proc.returncode == 143, err[-3000:]
+  assert "[2/2]" not in out and not (run.parent / "seed1_T6").exists()
   parked_at = int(re.search(r"stopped at round (\d+): parked in ", out).group(1))
   assert 2 <= parked_at < 6 and not records.finished(str(record))
   assert f"checkpoints/round_{parked_at}/saved_model.pb" in records.parked_files(str(record))
@@ -176,3 +178,28 @@ def test_a_cell_claimed_by_a_live_process_is_left_to_it(prepared, tmp_path):
     assert (run.parent / "seed0_T2.claim").read_text() == f"{sleeper.pid}\n"
   finally:
     sleeper.kill()
+
+
+def test_a_failing_cell_is_named_and_the_grid_goes_on(prepared, tmp_path):
+  """A cell that fails (here its run directory is a file) does not stop the grid: the
+  next cell runs to its end, and the invocation exits 1 with one line naming the failed
+  cell and why; what was there is left as it was."""
+  out = tmp_path / "grid"
+  blocked = out / "fashion_mnist" / "high" / "pflego" / "seed0_T2"
+  blocked.parent.mkdir(parents=True)
+  blocked.write_text("not a run")
+  done = subprocess.run(
+      REPRODUCE + ["--datasets=fashion_mnist", "--degrees=high", "--algorithms=pflego",
+                   "--seeds=0,1", "--num_clients=5", "--rounds=2", "--noceilings",
+                   f"--data_dir={prepared}", f"--output_dir={out}", "--noprogress"],
+      env=ENV, capture_output=True, text=True, timeout=300)
+  assert done.returncode == 1, done.stderr[-3000:]
+  assert done.stderr.strip().splitlines()[-1] == (
+      "error: 1 of 2 cells failed (the others ran): fashion_mnist/high/pflego/0 "
+      f"(--output_dir {blocked} is a file, not a directory)")
+  assert "Traceback" not in done.stderr
+  assert "[1/2] fashion_mnist/high/pflego/0: failed: " in done.stdout
+  assert records.finished(str(blocked.parent / "seed1_T2"))
+  assert [(r["algorithm"], r["seed"]) for r in grid.read_results(
+      str(out / "results.csv"))] == [("pflego", 1)]
+  assert blocked.read_text() == "not a run"
