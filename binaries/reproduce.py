@@ -223,6 +223,7 @@ def ensure_ceiling(dataset: str, degree: str, seed: int) -> None:
   directory = cell_source(dataset, degree, "pflego", seed)
   if ceiling.read_ceiling(directory) is not None:
     return
+  print(f"  central L(psi) ceiling: computing ({_CEILING_EPOCHS.value} epochs)", flush=True)
   with open(os.path.join(directory, "config.json")) as f:
     settings = json.load(f)  # the run's resolved settings: every field is there
   partition_fields = ("num_clients", "partition", "class_assignment", "dirichlet_alpha",
@@ -589,9 +590,24 @@ def previous_results() -> list[dict]:
   return rows
 
 
+def wants_ceiling(cell: tuple) -> bool:
+  return cell[2] == "pflego" and _CEILINGS.value and not _TABLES_ONLY.value
+
+
+def has_work(cell: tuple) -> bool:
+  """Whether the cell has something to run: itself, or its ceiling."""
+  from tff_pflego.training import ceiling
+  if _TABLES_ONLY.value:
+    return False
+  source = cell_source(*cell)
+  return source is None or (wants_ceiling(cell) and ceiling.read_ceiling(source) is None)
+
+
 def process_cell(label: str, cell: tuple) -> Optional[dict]:
-  """Runs the cell unless it is done (or only tabulates it with --tables_only), its
-  ceiling and record; returns its results row (None: not run)."""
+  """Runs the cell unless it is done (or only tabulates it with --tables_only), keeps
+  its record, computes its ceiling and keeps the record again; returns its results row
+  (None: not run). The record is kept before the ceiling, so a stop while the ceiling
+  is computed loses no run."""
   done = cell_source(*cell) is not None
   print(f"{label}: "
         f"{'done, skipped' if done else 'missing' if _TABLES_ONLY.value else 'running'}",
@@ -600,11 +616,13 @@ def process_cell(label: str, cell: tuple) -> Optional[dict]:
     if _TABLES_ONLY.value:
       return None
     run_or_continue(*cell)
-  dataset, degree, algorithm, seed = cell
-  if algorithm == "pflego" and _CEILINGS.value and not _TABLES_ONLY.value:
-    ensure_ceiling(dataset, degree, seed)
-  if _DOCS_DIR.value and cells.finished(cell_dir(*cell)):
+  keep = bool(_DOCS_DIR.value) and cells.finished(cell_dir(*cell))
+  if keep:
     keep_record(*cell)
+  if wants_ceiling(cell):
+    ensure_ceiling(*cell[:2], cell[3])
+    if keep:
+      keep_record(*cell)
   return cell_result(*cell)
 
 
@@ -638,8 +656,8 @@ def main(argv) -> None:
   fresh, failed = [], []
   for number, cell in enumerate(work, 1):
     label = f"[{number}/{len(work)}] {'/'.join(map(str, cell))}"
-    to_run = not _TABLES_ONLY.value and cell_source(*cell) is None
-    with records.claim(cell_dir(*cell)) if to_run else contextlib.nullcontext(True) as mine:
+    claim = records.claim(cell_dir(*cell)) if has_work(cell) else contextlib.nullcontext(True)
+    with claim as mine:
       if not mine:  # another invocation over the same --output_dir runs it
         print(f"{label}: being run by process {records.holder(cell_dir(*cell))}, "
               "skipped", flush=True)

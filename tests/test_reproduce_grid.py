@@ -20,6 +20,7 @@ import numpy as np
 from tests.helpers import ENV, REPO, TIMING_COLUMNS, claim_in_another_process
 from tff_pflego import records
 from tff_pflego.config import PAPER_ACCURACY
+from tff_pflego.training import ceiling as ceiling_lib
 from tff_pflego.training import grid
 from tff_pflego.training.release import read_rows
 
@@ -203,3 +204,45 @@ def test_a_failing_cell_is_named_and_the_grid_goes_on(prepared, tmp_path):
   assert [(r["algorithm"], r["seed"]) for r in grid.read_results(
       str(out / "results.csv"))] == [("pflego", 1)]
   assert blocked.read_text() == "not a run"
+
+
+def test_a_stop_during_the_ceiling_loses_no_run(prepared, tmp_path):
+  """The finished cell's record is kept before its ceiling is computed: SIGTERM during
+  the ceiling leaves a whole record without one, and the same command on a fresh clone
+  (the run directory gone) runs nothing but the ceiling, into the record, unless another
+  process claims the cell."""
+  out, docs = tmp_path / "grid", tmp_path / "docs"
+  cell = os.path.join("fashion_mnist", "high", "pflego", "seed0_T2")
+  args = ["--datasets=fashion_mnist", "--degrees=high", "--algorithms=pflego",
+          "--num_clients=5", "--rounds=2", f"--data_dir={prepared}", f"--output_dir={out}",
+          f"--docs_dir={docs}", "--noprogress"]
+  proc = subprocess.Popen(REPRODUCE + args + ["--ceiling_epochs=1000"], env=ENV,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  seen = []
+  while not any("central L(psi) ceiling: computing" in line for line in seen):
+    seen.append(proc.stdout.readline())
+    assert proc.poll() is None, "".join(seen) + proc.stderr.read()[-3000:]
+  proc.send_signal(signal.SIGTERM)
+  _, err = proc.communicate(timeout=120)
+  assert proc.returncode == 143, err[-3000:]
+  record = docs / "runs" / cell
+  assert records.finished(str(record)) and not (record / "ceiling.json").exists()
+
+  shutil.rmtree(out)
+  sleeper = claim_in_another_process(str(out / cell))  # its ceiling is another's work
+  try:
+    left = subprocess.run(REPRODUCE + args, env=ENV, capture_output=True, text=True,
+                          timeout=300)
+  finally:
+    sleeper.kill()
+  assert left.returncode == 0, left.stderr[-3000:]
+  assert f"being run by process {sleeper.pid}, skipped" in left.stdout
+  assert not (record / "ceiling.json").exists()
+  again = subprocess.run(REPRODUCE + args + ["--ceiling_epochs=2"], env=ENV,
+                         capture_output=True, text=True, timeout=600)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert "[1/1] fashion_mnist/high/pflego/0: done, skipped" in again.stdout
+  assert "central L(psi) ceiling: computing (2 epochs)" in again.stdout
+  assert not (out / cell).exists()
+  kept = ceiling_lib.read_ceiling(str(record))
+  assert kept is not None and kept["epochs"] == 2
