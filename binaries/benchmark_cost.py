@@ -18,7 +18,8 @@ that process); the rounds alternate between the algorithms either way. Writes be
 round times table3.md / table3.png: the paper's Table 3 (seconds per Omniglot round)
 beside ours.
 Table 3 alone, every algorithm, each in its own worker (on Omniglot with the spec's
-rotations ~1.1 h on 2 cores per timed round, FedAvg's round ~6 min):
+rotations about 1.1 h on 2 cores with one timed round, projected from the 99 s
+FedAvg round without them, which the rotations make ~4x):
 
   python binaries/benchmark_cost.py --output_dir=runs/table3 --mlp_rounds=0 \
       --mlp_round_rounds=0 --conv4_rounds=0 --conv4_round_rounds=1 --round_runtimes=own \
