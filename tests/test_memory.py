@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import psutil
+import pytest
 
 from tests import helpers
 from tff_pflego import runtime
@@ -66,17 +67,19 @@ def test_worker_memory_stays_flat_over_hundreds_of_rounds(tmp_path, monkeypatch)
                               f"to {ROUNDS} ({rss_mb})")
 
 
-def test_worker_starts_with_two_malloc_arenas_unless_the_user_chose(monkeypatch):
-  def arenas_of_a_started_worker() -> str:
+@pytest.mark.parametrize("name,default", [("MALLOC_ARENA_MAX", "2"),
+                                          ("TF_NUM_INTRAOP_THREADS", "1")])
+def test_worker_starts_with_its_defaults_unless_the_user_chose(monkeypatch, name, default):
+  def value_in_a_started_worker() -> str:
     worker = runtime.WorkerProcess()
     try:
       with open(f"/proc/{worker.pid}/environ", "rb") as f:
         env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
-      return env.get(b"MALLOC_ARENA_MAX", b"").decode()
+      return env.get(name.encode(), b"").decode()
     finally:
       worker.stop()
 
-  monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
-  assert arenas_of_a_started_worker() == runtime.WORKER_MALLOC_ARENAS
-  monkeypatch.setenv("MALLOC_ARENA_MAX", "6")
-  assert arenas_of_a_started_worker() == "6"
+  monkeypatch.delenv(name, raising=False)
+  assert value_in_a_started_worker() == default
+  monkeypatch.setenv(name, "6")
+  assert value_in_a_started_worker() == "6"

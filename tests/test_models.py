@@ -52,3 +52,18 @@ def test_full_batch_concatenates_batches_in_order_and_keeps_empty_shapes():
   np.testing.assert_array_equal(whole["y"], y)
   empty = full_batch(batched.take(0))
   assert empty["x"].shape == (0, 3) and empty["y"].shape == (0,)
+
+
+@pytest.mark.parametrize("name,shape", [("mlp", (28, 28, 1)), ("cifar_cnn", (32, 32, 3)),
+                                        ("conv4", (28, 28, 1))])
+def test_a_body_built_for_assignment_is_the_same_body_at_zero(name, shape):
+  seeded, for_assignment = build_body(name, shape, seed=0), build_body(
+      name, shape, initialize=False)
+  assert [type(layer) for layer in seeded.layers] == [
+      type(layer) for layer in for_assignment.layers]
+  assert [v.shape for v in seeded.variables] == [v.shape for v in for_assignment.variables]
+  assert all(not np.any(v.numpy()) for v in for_assignment.variables)
+  assert all(np.any(v.numpy()) for v in seeded.variables)
+  for_assignment.set_weights(seeded.get_weights())
+  x = np.random.default_rng(0).random((2,) + shape).astype(np.float32)
+  np.testing.assert_array_equal(for_assignment(x), seeded(x))

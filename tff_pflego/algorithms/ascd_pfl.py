@@ -221,7 +221,7 @@ def build_ascd_pfl_process(
   def client_work(broadcast, dataset, client_state):
     counter = instrumentation.BodyPassCounter()
     update = make_client_update(
-        body_fn(), counter, max_classes=max_classes, client_lr=client_lr, p_w=p_w,
+        body_fn(initialize=False), counter, max_classes=max_classes, client_lr=client_lr, p_w=p_w,
         participation_prob=participation_prob, momentum=momentum, z_step=z_step)
     return tf.function(instrumentation.timed(update))(broadcast, dataset, client_state)
 

@@ -179,7 +179,7 @@ def build_client_work(body_fn: BodyFn, plan: AveragingPlan, types: ModelTypes,
 
   @tff.tensorflow.computation(shared_type, data_type, types.client_state)
   def client_work(shared, data, client_state):
-    model = LocalModel(body_fn(), instrumentation.BodyPassCounter(), types.feature_dim,
+    model = LocalModel(body_fn(initialize=False), instrumentation.BodyPassCounter(), types.feature_dim,
                        types.max_classes)
     update = instrumentation.timed(make_averaging_client_update(model, plan, types.max_classes,
                                                        num_body_trainable))

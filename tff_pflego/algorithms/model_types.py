@@ -23,7 +23,10 @@ import tensorflow_federated as tff
 
 from tff_pflego.models import heads
 
-BodyFn = Callable[[], tf.keras.Model]
+# body_fn() builds the body with its seeded initial weights; body_fn(initialize=False)
+# the same body at zero, for computations that assign its weights before use
+# (`tff_pflego.models.bodies.build_body`).
+BodyFn = Callable[..., tf.keras.Model]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +47,7 @@ def model_types(body_fn: BodyFn, image_shape: tuple, max_classes: int,
   (`body`: the trainable weights) beside its head.
   """
   with tf.Graph().as_default():
-    body = body_fn()
+    body = body_fn(initialize=False)
     weights = tff.learning.models.ModelWeights.from_model(body)
     weights_type = tff.types.tensorflow_to_type(
         tf.nest.map_structure(lambda v: tf.TensorSpec(v.shape, v.dtype), weights))

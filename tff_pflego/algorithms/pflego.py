@@ -233,7 +233,7 @@ def build_client_work(body_fn: BodyFn, types: ModelTypes,
   @tff.tensorflow.computation(types.weights, types.dataset, types.client_state)
   def client_work(weights, dataset, client_state):
     counter = instrumentation.BodyPassCounter()
-    update = make_client_update(body_fn(), counter, max_classes=types.max_classes,
+    update = make_client_update(body_fn(initialize=False), counter, max_classes=types.max_classes,
                                 **hparams)
     return tf.function(instrumentation.timed(update))(weights, dataset, client_state)
 

@@ -33,55 +33,75 @@ def torch_default_init(fan_in: int) -> dict:
       bias_initializer=tf.keras.initializers.RandomUniform(-limit, limit))
 
 
-def _dense(units: int, fan_in: int, **kwargs) -> tf.keras.layers.Dense:
-  return tf.keras.layers.Dense(units, **torch_default_init(fan_in), **kwargs)
+def zeros_init(fan_in: int) -> dict:
+  """Keras kwargs starting a layer at zero: for a body whose weights are assigned
+  before any use. Inside a TFF computation every call runs its variables'
+  initializers; drawing U(+-1/sqrt(fan_in)) for the MLP's 157k weights at each client
+  call was ~5% of a PFLEGO round (docs/round_profile.md, "Threads")."""
+  del fan_in
+  return dict(kernel_initializer="zeros", bias_initializer="zeros")
 
 
-def _conv(filters: int, size: int, channels_in: int, **kwargs) -> tf.keras.layers.Conv2D:
-  return tf.keras.layers.Conv2D(filters, size, **torch_default_init(
-      size * size * channels_in), **kwargs)
+InitFn = Callable[[int], dict]
+
+
+def _dense(units: int, fan_in: int, init: InitFn, **kwargs) -> tf.keras.layers.Dense:
+  return tf.keras.layers.Dense(units, **init(fan_in), **kwargs)
+
+
+def _conv(filters: int, size: int, channels_in: int, init: InitFn,
+          **kwargs) -> tf.keras.layers.Conv2D:
+  return tf.keras.layers.Conv2D(filters, size, **init(size * size * channels_in), **kwargs)
 
 
 L = tf.keras.layers
 
 
-def mlp_body(input_shape) -> tf.keras.Model:
+def mlp_body(input_shape, init: InitFn = torch_default_init) -> tf.keras.Model:
   return tf.keras.Sequential(
       [L.InputLayer(input_shape), L.Flatten(),
-       _dense(200, fan_in=math.prod(input_shape), activation="relu")],
+       _dense(200, fan_in=math.prod(input_shape), init=init, activation="relu")],
       name="mlp_body")
 
 
-def cifar_cnn_body(input_shape) -> tf.keras.Model:
+def cifar_cnn_body(input_shape, init: InitFn = torch_default_init) -> tf.keras.Model:
   layers, channels = [L.InputLayer(input_shape)], input_shape[-1]
   for _ in range(2):
-    layers += [_conv(64, 5, channels, padding="same", activation="relu"),
+    layers += [_conv(64, 5, channels, init, padding="same", activation="relu"),
                L.MaxPool2D(pool_size=3, strides=2, padding="same")]
     channels = 64
   flat = 64 * 8 * 8 if tuple(input_shape[:2]) == (32, 32) else None
-  layers += [L.Flatten(), _dense(384, fan_in=flat or 4096, activation="relu"),
-             _dense(192, fan_in=384, activation="relu")]
+  layers += [L.Flatten(), _dense(384, fan_in=flat or 4096, init=init, activation="relu"),
+             _dense(192, fan_in=384, init=init, activation="relu")]
   return tf.keras.Sequential(layers, name="cifar_cnn_body")
 
 
-def conv4_body(input_shape) -> tf.keras.Model:
+def conv4_body(input_shape, init: InitFn = torch_default_init) -> tf.keras.Model:
   layers, channels = [L.InputLayer(input_shape)], input_shape[-1]
   for _ in range(4):
-    layers += [_conv(64, 3, channels, padding="same", activation="relu"), L.MaxPool2D(2)]
+    layers += [_conv(64, 3, channels, init, padding="same", activation="relu"),
+               L.MaxPool2D(2)]
     channels = 64
   layers += [L.Flatten()]
   return tf.keras.Sequential(layers, name="conv4_body")
 
 
-BODIES: dict[str, Callable[[tuple], tf.keras.Model]] = {
+BODIES: dict[str, Callable[[tuple, InitFn], tf.keras.Model]] = {
     "mlp": mlp_body, "cifar_cnn": cifar_cnn_body, "conv4": conv4_body}
 
 
-def build_body(name: str, input_shape: tuple, seed: int | None = None) -> tf.keras.Model:
-  """Builds body `name`; with `seed`, its initial weights are deterministic."""
+def build_body(name: str, input_shape: tuple, seed: int | None = None, *,
+               initialize: bool = True) -> tf.keras.Model:
+  """Builds body `name`; with `seed`, its initial weights are deterministic.
+
+  `initialize=False`: the same layers and variables with every weight zero
+  (`zeros_init`), for a computation that assigns the body's weights before using it.
+  """
+  if not initialize:
+    return BODIES[name](tuple(input_shape), zeros_init)
   if seed is not None:
     tf.keras.utils.set_random_seed(seed)
-  return BODIES[name](tuple(input_shape))
+  return BODIES[name](tuple(input_shape), torch_default_init)
 
 
 def assign_weights(body: tf.keras.Model, weights) -> None:

@@ -87,7 +87,7 @@ def build_personalized_evaluation(body_fn: BodyFn, types: ModelTypes,
   def evaluate_client(weights, client_id, client_state):
     train_data = train_dataset_computation(client_id)
     test_data = test_dataset_computation(client_id)
-    body = body_fn()
+    body = body_fn(initialize=False)
 
     @tf.function
     def evaluate(weights, train_data, test_data, client_state):
@@ -180,7 +180,7 @@ def build_cohort_evaluation(body_fn: BodyFn, types: ModelTypes, read_files: File
 
   @tff.tensorflow.computation(types.weights, cohorts_type, states_type)
   def evaluate_cohort(weights, cohort, states):
-    body = body_fn()
+    body = body_fn(initialize=False)
 
     def score(features, y, sizes, owner, head, num_classes):
       """Per-client mean loss and accuracy, example n scored with head[owner[n]]."""
