@@ -361,8 +361,9 @@ def _tensorflow_ops(computation) -> collections.Counter:
 def test_a_round_draws_no_random_numbers_for_weights_it_overwrites(name):
   # Every call of a TFF computation runs its variables' initializers: the clients'
   # bodies, assigned the broadcast weights before use, are built at zero
-  # (`build_body(initialize=False)`). ASCD-PFL's server draws its K (one uniform).
+  # (`build_body(initialize=False)`). ASCD-PFL's server draws its K: one uniform, in
+  # each of a fused round's two server computations (`stages.SplitDistributor`).
   ops = _tensorflow_ops(registry.build_algorithm(name, helpers.algorithm_config()).process.next)
   draws = {op: n for op, n in ops.items() if "Random" in op or "Normal" in op}
-  assert draws == ({"StatelessRandomGetKeyCounter": 1, "StatelessRandomUniformV2": 1}
+  assert draws == ({"StatelessRandomGetKeyCounter": 2, "StatelessRandomUniformV2": 2}
                    if name == "ascd_pfl" else {})

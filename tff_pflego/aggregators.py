@@ -33,6 +33,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_pflego.algorithms import stages
+
 
 class ScreenedMeanFactory(tff.aggregators.WeightedAggregationFactory):
   """The screened weighted mean, optionally made PFLEGO's unbiased estimate (see the
@@ -48,7 +50,7 @@ class ScreenedMeanFactory(tff.aggregators.WeightedAggregationFactory):
         raise ValueError(f"total_examples must be >= 1, got {total_examples}")
     self._unbiased = unbiased
 
-  def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
+  def create(self, value_type, weight_type) -> stages.SplitAggregator:
     q_times_total = None if self._unbiased is None else (
         self._unbiased[0] * self._unbiased[1])
 
@@ -66,8 +68,8 @@ class ScreenedMeanFactory(tff.aggregators.WeightedAggregationFactory):
 
     sums_type = screen_and_weigh.type_signature.result
 
-    @tff.tensorflow.computation(sums_type)
-    def estimate(sums):
+    @tff.tensorflow.computation((), sums_type)
+    def estimate(state, sums):
       weight_sum = sums["weight"]
       mean = tf.nest.map_structure(
           lambda x: tf.math.divide_no_nan(x, tf.cast(weight_sum, x.dtype)),
@@ -75,31 +77,19 @@ class ScreenedMeanFactory(tff.aggregators.WeightedAggregationFactory):
       if q_times_total is not None:
         factor = tf.cast(weight_sum, tf.float32) / q_times_total
         mean = tf.nest.map_structure(lambda m: factor * m, mean)
-      return mean, collections.OrderedDict(rejected_updates=sums["rejected"],
-                                           reported_examples=weight_sum)
+      return state, mean, collections.OrderedDict(rejected_updates=sums["rejected"],
+                                                  reported_examples=weight_sum)
 
-    @tff.federated_computation
-    def init_fn():
-      return tff.federated_value((), tff.SERVER)
-
-    @tff.federated_computation(init_fn.type_signature.result,
-                               tff.FederatedType(value_type, tff.CLIENTS),
-                               tff.FederatedType(weight_type, tff.CLIENTS))
-    def next_fn(state, value, weight):
-      sums = tff.federated_sum(tff.federated_map(screen_and_weigh, (value, weight)))
-      result, measurements = tff.federated_map(estimate, sums)
-      return tff.templates.MeasuredProcessOutput(state, result, measurements)
-
-    return tff.templates.AggregationProcess(init_fn, next_fn)
+    return stages.SplitAggregator(stages.no_state(), screen_and_weigh, estimate)
 
 
 def build_unbiased_aggregator(update_type, participation_prob: float,
-                              total_examples: int) -> tff.templates.AggregationProcess:
+                              total_examples: int) -> stages.SplitAggregator:
   """The estimator of PFLEGO's server step, with non-finite client updates rejected."""
   return ScreenedMeanFactory((participation_prob, total_examples)).create(
       update_type, tff.TensorType(np.float32))
 
 
-def build_mean_aggregator(update_type) -> tff.templates.AggregationProcess:
+def build_mean_aggregator(update_type) -> stages.SplitAggregator:
   """The weighted mean of the averaging baselines, non-finite updates rejected."""
   return ScreenedMeanFactory().create(update_type, tff.TensorType(np.float32))

@@ -49,7 +49,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_pflego import aggregators
-from tff_pflego.algorithms import composition, instrumentation, pflego
+from tff_pflego.algorithms import composition, instrumentation, pflego, stages
 from tff_pflego.algorithms.api import (AlgorithmConfig, ClientDataComputations,
                                        PersonalizedAlgorithm, ServerState)
 from tff_pflego.algorithms.model_types import (BodyFn, ModelTypes, initial_client_state,
@@ -160,36 +160,20 @@ def ascd_model_types(body_fn: BodyFn, image_shape: tuple, max_classes: int) -> M
   return dataclasses.replace(types, client_state=state_type)
 
 
-def build_distributor(weights_type, seed: int, p_w: float):
+def build_distributor(weights_type, seed: int, p_w: float) -> stages.SplitDistributor:
   """Broadcasts {model: x_theta, head_iterations: K}, K from (seed, round)."""
 
   @tff.tensorflow.computation
   def first_round():
     return tf.constant(0, tf.int32)
 
-  @tff.tensorflow.computation(np.int32)
-  def draw(round_num):
-    return head_iterations(seed, round_num, p_w)
+  @tff.tensorflow.computation(np.int32, weights_type)
+  def server(round_num, model):
+    k = head_iterations(seed, round_num, p_w)
+    return (round_num + 1, collections.OrderedDict(model=model, head_iterations=k),
+            collections.OrderedDict(head_iterations=k))
 
-  @tff.tensorflow.computation(np.int32)
-  def advance(round_num):
-    return round_num + 1
-
-  @tff.federated_computation
-  def initialize():
-    return tff.federated_eval(first_round, tff.SERVER)
-
-  @tff.federated_computation(initialize.type_signature.result,
-                             tff.FederatedType(weights_type, tff.SERVER))
-  def next_fn(round_num, model):
-    k = tff.federated_map(draw, round_num)
-    sent = tff.federated_zip(collections.OrderedDict(model=model, head_iterations=k))
-    return tff.templates.MeasuredProcessOutput(
-        state=tff.federated_map(advance, round_num),
-        result=tff.federated_broadcast(sent),
-        measurements=tff.federated_zip(collections.OrderedDict(head_iterations=k)))
-
-  return tff.learning.templates.DistributionProcess(initialize, next_fn)
+  return stages.SplitDistributor(first_round, server)
 
 
 def build_ascd_pfl_process(
@@ -227,7 +211,7 @@ def build_ascd_pfl_process(
 
   aggregator = aggregators.build_unbiased_aggregator(
       types.weights.trainable, participation_prob, total_examples)
-  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
+  finalizer = stages.optimizer_finalizer(
       CoupledBodyStep(server_lr, p_w, momentum, z_step), types.weights)
 
   @tff.tensorflow.computation

@@ -30,7 +30,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_pflego import aggregators
-from tff_pflego.algorithms import composition, instrumentation, server_optimizers
+from tff_pflego.algorithms import composition, instrumentation, server_optimizers, stages
 from tff_pflego.algorithms.api import (AlgorithmConfig, Builder, ClientDataComputations,
                                        PersonalizedAlgorithm, ServerState)
 from tff_pflego.algorithms.local_training import LocalModel, LocalPhase
@@ -218,11 +218,11 @@ def build_averaging_process(body_fn: BodyFn, plan: AveragingPlan, *,
   shared_type = shared_weights_type(types, plan)
   feature_dim = types.feature_dim
 
-  distributor = tff.learning.templates.build_broadcast_process(shared_type)
+  distributor = stages.broadcast_distributor(shared_type)
   aggregator = aggregators.build_mean_aggregator(shared_type.trainable)
   if server_optimizer is None:  # averaging: w - 1.0 * mean(w - w_i) = mean(w_i)
     server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
-  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
+  finalizer = stages.optimizer_finalizer(
       server_optimizer, shared_type)
 
   client_work = build_client_work(body_fn, plan, types, evaluate_in_round)

@@ -11,6 +11,13 @@
 The algorithms differ only in their parts (`pflego.py`, `averaging.py`). As in
 `tff.learning.templates.compose_learning_process`, the parts' types are checked to fit
 before anything is composed (`check_stages_fit`).
+
+Stages that expose their TensorFlow parts (`stages.py`) run fused: one server
+computation before the broadcast, one client computation (the client work, the
+aggregator's client part and the train metrics' summand), one `federated_sum`, one
+server computation after it (the aggregator's and finalizer's server parts, the
+distributor's new state, the train metrics). The same numbers as composing the stages'
+own `next`s, with 12 federated intrinsics a round instead of 42.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_pflego.algorithms import stages
 from tff_pflego.algorithms.api import ServerState
 
 
@@ -100,6 +108,8 @@ def compose_process(initial_model: tff.Computation, distributor,
   `rejected_updates` measurement. With
   `client_data` (client id -> data), `next` takes client ids instead of data and
   each client builds its data inside its client work (`with_client_data`).
+  Split stages (`stages.is_split`) run fused (module docstring); others by
+  composing their `next`s.
   """
   check_stages_fit(initial_model, distributor, client_work, aggregator, finalizer)
   if client_data is not None:
@@ -120,6 +130,11 @@ def compose_process(initial_model: tff.Computation, distributor,
   weigh_metrics, with_measurements = _train_metric_computations(
       client_work.type_signature.result, aggregator.next.type_signature.result,
       finalizer.next.type_signature.result)
+  if stages.is_split(distributor, aggregator, finalizer):
+    next_fn = _fused_next(initialize.type_signature.result.member, distributor,
+                          client_work, aggregator, finalizer, weigh_metrics,
+                          with_measurements, dataset_type, client_state_type)
+    return tff.templates.IterativeProcess(initialize, next_fn)
 
   @tff.federated_computation(initialize.type_signature.result,
                              tff.FederatedType(dataset_type, tff.CLIENTS),
@@ -143,6 +158,55 @@ def compose_process(initial_model: tff.Computation, distributor,
     return new_state, outputs.client_state, metrics
 
   return tff.templates.IterativeProcess(initialize, next_fn)
+
+
+def _fused_next(state_type, distributor: stages.SplitDistributor,
+                client_work: tff.Computation, aggregator: stages.SplitAggregator,
+                finalizer: stages.SplitFinalizer, weigh_metrics: tff.Computation,
+                with_measurements: tff.Computation, dataset_type, client_state_type
+                ) -> tff.Computation:
+  """`next` of split stages in four computations (module docstring)."""
+
+  @tff.tensorflow.computation(state_type)
+  def payload(state):
+    return distributor.server(state.distributor, state.model)[1]
+
+  model_type, data_type, work_state_type = client_work.type_signature.parameter
+
+  @tff.tensorflow.computation(model_type, data_type, work_state_type)
+  def client(model, data, client_state):
+    out = client_work(model, data, client_state)
+    summand = collections.OrderedDict(
+        update=aggregator.client(out["update"], out["update_weight"]),
+        metrics=weigh_metrics(out["metrics"]["loss"], out["metrics"]["accuracy"],
+                              out["update_weight"]))
+    return summand, out["client_state"], out["metrics"]
+
+  @tff.tensorflow.computation(state_type, client.type_signature.result[0])
+  def server_update(state, sums):
+    distributor_state, _, _ = distributor.server(state.distributor, state.model)
+    aggregator_state, update, aggregated = aggregator.server(state.aggregator,
+                                                             sums["update"])
+    finalizer_state, model, finalized = finalizer.server(state.finalizer, state.model,
+                                                         update)
+    new_state = ServerState(model, distributor_state, aggregator_state, finalizer_state,
+                            state.round_num + 1)
+    return new_state, with_measurements(sums["metrics"], aggregated["rejected_updates"],
+                                        finalized["update_non_finite"])
+
+  @tff.federated_computation(tff.FederatedType(state_type, tff.SERVER),
+                             tff.FederatedType(dataset_type, tff.CLIENTS),
+                             tff.FederatedType(client_state_type, tff.CLIENTS))
+  def next_fn(state, client_data, client_states):
+    sent = tff.federated_broadcast(tff.federated_map(payload, state))
+    summand, new_client_states, client_metrics = tff.federated_map(
+        client, (sent, client_data, client_states))
+    new_state, train_metrics = tff.federated_map(
+        server_update, (state, tff.federated_sum(summand)))
+    return new_state, new_client_states, collections.OrderedDict(
+        train=train_metrics, clients=client_metrics)
+
+  return next_fn
 
 
 def _train_metric_computations(work_type, aggregator_type, finalizer_type):

@@ -35,7 +35,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_pflego import aggregators
-from tff_pflego.algorithms import composition, instrumentation, server_optimizers
+from tff_pflego.algorithms import composition, instrumentation, server_optimizers, stages
 from tff_pflego.algorithms.api import (AlgorithmConfig, ClientDataComputations,
                                        PersonalizedAlgorithm, ServerState)
 from tff_pflego.algorithms.model_types import (BodyFn, ModelTypes, initial_client_state,
@@ -284,14 +284,14 @@ def build_pflego_process(
     server_optimizer = server_optimizers.build_server_optimizer(server_optimizer,
                                                                 server_lr)
 
-  distributor = tff.learning.templates.build_broadcast_process(types.weights)
+  distributor = stages.broadcast_distributor(types.weights)
   client_work = build_client_work(
       body_fn, types, local_steps=local_steps, client_lr=client_lr,
       server_lr=server_lr, participation_prob=participation_prob,
       total_examples=total_examples, head_step=head_step, head_optimizer=head_optimizer)
   aggregator = aggregators.build_unbiased_aggregator(
       types.weights.trainable, participation_prob, total_examples)
-  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
+  finalizer = stages.optimizer_finalizer(
       server_optimizer, types.weights)
 
   @tff.tensorflow.computation
