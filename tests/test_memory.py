@@ -67,11 +67,12 @@ def test_worker_memory_stays_flat_over_hundreds_of_rounds(tmp_path, monkeypatch)
                               f"to {ROUNDS} ({rss_mb})")
 
 
-@pytest.mark.parametrize("name,default", [("MALLOC_ARENA_MAX", "2"),
-                                          ("TF_NUM_INTRAOP_THREADS", "1")])
-def test_worker_starts_with_its_defaults_unless_the_user_chose(monkeypatch, name, default):
-  def value_in_a_started_worker() -> str:
-    worker = runtime.WorkerProcess()
+@pytest.mark.parametrize("name,default,one_at_a_time", [
+    ("MALLOC_ARENA_MAX", "2", "2"), ("TF_NUM_INTRAOP_THREADS", "1", "")])
+def test_worker_starts_with_its_defaults_unless_the_user_chose(monkeypatch, name, default,
+                                                               one_at_a_time):
+  def value_in_a_started_worker(**kwargs) -> str:
+    worker = runtime.WorkerProcess(**kwargs)
     try:
       with open(f"/proc/{worker.pid}/environ", "rb") as f:
         env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
@@ -81,5 +82,7 @@ def test_worker_starts_with_its_defaults_unless_the_user_chose(monkeypatch, name
 
   monkeypatch.delenv(name, raising=False)
   assert value_in_a_started_worker() == default
+  # One computation at a time: TensorFlow's own thread pools stay as they are.
+  assert value_in_a_started_worker(max_concurrent_computation_calls=1) == one_at_a_time
   monkeypatch.setenv(name, "6")
   assert value_in_a_started_worker() == "6"

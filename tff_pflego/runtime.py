@@ -68,18 +68,18 @@ WORKER_MALLOC_ARENAS = "2"
 # default intra-op pool) only adds hand-offs between threads. Measured side by side,
 # 2 cores, Fashion-MNIST High, 20 clients, tau = 50, bit-identical results: PFLEGO's
 # round 0.138 -> 0.114 s, FedAvg's 1.08 -> 0.94 s (docs/round_profile.md, "Threads").
+# A worker running one computation at a time keeps TensorFlow's default.
 WORKER_INTRA_OP_THREADS = "1"
-# What a worker this process starts gets unless the user's environment sets it.
-WORKER_ENVIRONMENT_DEFAULTS = {"MALLOC_ARENA_MAX": WORKER_MALLOC_ARENAS,
-                               "TF_NUM_INTRAOP_THREADS": WORKER_INTRA_OP_THREADS}
 
 
-def worker_environment() -> dict[str, str]:
-  """The environment of a worker this process starts: ours, with each of
-  `WORKER_ENVIRONMENT_DEFAULTS` set unless the user set it."""
+def worker_environment(max_concurrent_computation_calls: int = -1) -> dict[str, str]:
+  """The environment of a worker this process starts: ours, with MALLOC_ARENA_MAX
+  and (unless the worker runs one computation at a time) TF_NUM_INTRAOP_THREADS set,
+  each unless the user set it."""
   env = dict(os.environ)
-  for name, value in WORKER_ENVIRONMENT_DEFAULTS.items():
-    env.setdefault(name, value)
+  env.setdefault("MALLOC_ARENA_MAX", WORKER_MALLOC_ARENAS)
+  if max_concurrent_computation_calls != 1:
+    env.setdefault("TF_NUM_INTRAOP_THREADS", WORKER_INTRA_OP_THREADS)
   return env
 
 
@@ -96,7 +96,8 @@ class WorkerProcess:
         [worker_binary_path(), f"--port={self.port}",
          f"--max_concurrent_computation_calls={max_concurrent_computation_calls}"],
         stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-        preexec_fn=_die_with_parent, close_fds=True, env=worker_environment())
+        preexec_fn=_die_with_parent, close_fds=True,
+        env=worker_environment(max_concurrent_computation_calls))
     _LIVE_WORKERS.add(self)
 
   @property
