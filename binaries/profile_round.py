@@ -24,7 +24,6 @@ from __future__ import annotations
 # First: sets the logging defaults and a one-line Ctrl-C before TensorFlow loads.
 from tff_pflego import cli  # pylint: disable=g-bad-import-order
 
-import collections
 import json
 import os
 import time
@@ -36,28 +35,6 @@ _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/profile_round", "Where res
 _ALGORITHMS = flags.DEFINE_list("algorithms", ["pflego", "fedavg"], "Algorithms profiled.")
 _ROUNDS = flags.DEFINE_integer("rounds", 10, "Timed rounds per algorithm.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Prepared data (default: data/).")
-
-
-def count_intrinsics(computation) -> collections.Counter:
-  """Federated intrinsics referenced in `computation`, by URI (TF graphs not entered)."""
-  from tensorflow_federated.python.core.impl.computation import computation_impl
-  counts = collections.Counter()
-  leaves = ("tensorflow", "tensorflow_function", "xla", "data", "literal")
-
-  def walk(message) -> None:
-    if message.DESCRIPTOR.full_name == "tensorflow_federated.v0.Computation":
-      kind = message.WhichOneof("computation")
-      if kind == "intrinsic":
-        counts[message.intrinsic.uri] += 1
-      if kind in leaves or kind == "intrinsic":
-        return
-    for field, value in message.ListFields():
-      if field.message_type is not None:
-        for v in (value if field.label == field.LABEL_REPEATED else [value]):
-          walk(v)
-
-  walk(computation_impl.ConcreteComputation.get_proto(computation))
-  return counts
 
 
 def intrinsic_cost(num_clients: int = 20, repeats: int = 10) -> dict:
@@ -94,6 +71,7 @@ def intrinsic_cost(num_clients: int = 20, repeats: int = 10) -> dict:
 def profile(names: list[str], rounds: int) -> dict:
   """Medians over `rounds` rounds of each algorithm in the current context."""
   from tff_pflego import experiment
+  from tff_pflego.algorithms import inspection
   from tff_pflego.training.client_store import ClientStateStore
 
   runs, data, sampler = {}, None, None
@@ -126,7 +104,7 @@ def profile(names: list[str], rounds: int) -> dict:
     median = {k: float(np.median(run[k])) for k in ("round_s", "data_s", "compute_s")}
     median["outside_clients_s"] = float(np.median(
         [r - d - c for r, d, c in zip(run["round_s"], run["data_s"], run["compute_s"])]))
-    intrinsics = count_intrinsics(run["algorithm"].process.next)
+    intrinsics = inspection.count_intrinsics(run["algorithm"].process.next)
     results[name] = dict(rounds=rounds, clients_per_round=len(ids), **median,
                          intrinsics=dict(intrinsics),
                          num_intrinsics=int(sum(intrinsics.values())))

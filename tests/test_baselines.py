@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from tests import helpers
-from tff_pflego.algorithms import averaging, fedbabu, pflego, registry
+from tff_pflego.algorithms import averaging, fedbabu, inspection, pflego, registry
 from tff_pflego.algorithms.model_types import model_types
 from tff_pflego.algorithms.local_training import LocalPhase
 
@@ -333,37 +333,14 @@ def test_composition_refuses_stages_that_do_not_fit():
                               types.dataset, types.client_state)
 
 
-def _tensorflow_ops(computation) -> collections.Counter:
-  """TensorFlow op types in every TF graph `computation` references (with their
-  function libraries)."""
-  from tensorflow_federated.python.core.impl.computation import computation_impl
-  ops = collections.Counter()
-
-  def walk(message) -> None:
-    if (message.DESCRIPTOR.full_name == "tensorflow_federated.v0.Computation"
-        and message.WhichOneof("computation") == "tensorflow"):
-      graph = tf.compat.v1.GraphDef()
-      message.tensorflow.graph_def.Unpack(graph)
-      ops.update(node.op for node in graph.node)
-      for function in graph.library.function:
-        ops.update(node.op for node in function.node_def)
-      return
-    for field, value in message.ListFields():
-      if field.message_type is not None:
-        for v in (value if field.label == field.LABEL_REPEATED else [value]):
-          walk(v)
-
-  walk(computation_impl.ConcreteComputation.get_proto(computation))
-  return ops
-
-
 @pytest.mark.parametrize("name", registry.names())
 def test_a_round_draws_no_random_numbers_for_weights_it_overwrites(name):
   # Every call of a TFF computation runs its variables' initializers: the clients'
   # bodies, assigned the broadcast weights before use, are built at zero
   # (`build_body(initialize=False)`). ASCD-PFL's server draws its K: one uniform, in
   # each of a fused round's two server computations (`stages.SplitDistributor`).
-  ops = _tensorflow_ops(registry.build_algorithm(name, helpers.algorithm_config()).process.next)
+  ops = inspection.tensorflow_ops(
+      registry.build_algorithm(name, helpers.algorithm_config()).process.next)
   draws = {op: n for op, n in ops.items() if "Random" in op or "Normal" in op}
   assert draws == ({"StatelessRandomGetKeyCounter": 2, "StatelessRandomUniformV2": 2}
                    if name == "ascd_pfl" else {})

@@ -10,14 +10,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import helpers
-from tff_pflego.algorithms import registry, stages
+from tff_pflego.algorithms import inspection, registry, stages
 
 SIZES, NUM_CLASSES = (5, 8, 11), (2, 3, 3)
-
-
-def _intrinsics(computation) -> collections.Counter:
-  from binaries.profile_round import count_intrinsics
-  return count_intrinsics(computation)
 
 
 def _rounds(algorithm, num_rounds: int = 3):
@@ -41,8 +36,8 @@ def test_fused_round_is_the_composed_round_bit_for_bit(name, monkeypatch):
   fused = registry.build_algorithm(name, config)
   monkeypatch.setattr(stages, "is_split", lambda *stages_: False)
   composed = registry.build_algorithm(name, config)
-  assert sum(_intrinsics(fused.process.next).values()) == 12
-  assert sum(_intrinsics(composed.process.next).values()) > 30
+  assert sum(inspection.count_intrinsics(fused.process.next).values()) == 12
+  assert sum(inspection.count_intrinsics(composed.process.next).values()) > 30
   for got, want in zip(_rounds(fused), _rounds(composed)):
     tf.nest.map_structure(np.testing.assert_array_equal, got, want)
   # The rounds moved the model or the heads (the comparison is not of initial values).

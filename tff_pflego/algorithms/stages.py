@@ -34,15 +34,21 @@ def _measured(state, result, measurements) -> tff.templates.MeasuredProcessOutpu
                                              measurements=measurements)
 
 
+def _at_server(initialize: tff.Computation) -> tff.Computation:
+  """A stage's federated `initialize`: `initialize`'s state, placed at the server."""
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_eval(initialize, tff.SERVER)
+
+  return init_fn
+
+
 class SplitDistributor(_TFF.DistributionProcess):
   """A distributor from `initialize` () -> state and `server` (see module docstring)."""
 
   def __init__(self, initialize: tff.Computation, server: tff.Computation):
     state_type, model_type = server.type_signature.parameter
-
-    @tff.federated_computation
-    def init_fn():
-      return tff.federated_eval(initialize, tff.SERVER)
 
     @tff.federated_computation(tff.FederatedType(state_type, tff.SERVER),
                                tff.FederatedType(model_type, tff.SERVER))
@@ -50,7 +56,7 @@ class SplitDistributor(_TFF.DistributionProcess):
       new_state, payload, measurements = tff.federated_map(server, (state, model))
       return _measured(new_state, tff.federated_broadcast(payload), measurements)
 
-    super().__init__(init_fn, next_fn)
+    super().__init__(_at_server(initialize), next_fn)
     self.server = server
 
 
@@ -62,10 +68,6 @@ class SplitAggregator(tff.templates.AggregationProcess):
     value_type, weight_type = client.type_signature.parameter
     state_type = initialize.type_signature.result
 
-    @tff.federated_computation
-    def init_fn():
-      return tff.federated_eval(initialize, tff.SERVER)
-
     @tff.federated_computation(tff.FederatedType(state_type, tff.SERVER),
                                tff.FederatedType(value_type, tff.CLIENTS),
                                tff.FederatedType(weight_type, tff.CLIENTS))
@@ -73,7 +75,7 @@ class SplitAggregator(tff.templates.AggregationProcess):
       sums = tff.federated_sum(tff.federated_map(client, (value, weight)))
       return _measured(*tff.federated_map(server, (state, sums)))
 
-    super().__init__(init_fn, next_fn)
+    super().__init__(_at_server(initialize), next_fn)
     self.client = client
     self.server = server
 
@@ -84,17 +86,13 @@ class SplitFinalizer(_TFF.FinalizerProcess):
   def __init__(self, initialize: tff.Computation, server: tff.Computation):
     state_type, model_type, update_type = server.type_signature.parameter
 
-    @tff.federated_computation
-    def init_fn():
-      return tff.federated_eval(initialize, tff.SERVER)
-
     @tff.federated_computation(tff.FederatedType(state_type, tff.SERVER),
                                tff.FederatedType(model_type, tff.SERVER),
                                tff.FederatedType(update_type, tff.SERVER))
     def next_fn(state, model, update):
       return _measured(*tff.federated_map(server, (state, model, update)))
 
-    super().__init__(init_fn, next_fn)
+    super().__init__(_at_server(initialize), next_fn)
     self.server = server
 
 
