@@ -470,6 +470,9 @@ DATASET_NOTES = {
 LINE_STYLES = {"pflego": ("C0", "-"), "fedavg": ("C1", "-"), "fedper": ("C2", "-"),
                "fedprox": ("C3", "--"), "fedrep": ("C4", "-"), "fedbabu": ("C5", "--"),
                "ditto": ("C6", "-"), "fedrecon": ("C7", "-.")}
+# PFLEGO's curves after each client refits its head from its stored one (the
+# evaluation's refit protocol), beside those with the stored heads.
+REFIT_CURVES = {"train_loss": "train_loss_refit", METRIC: "test_accuracy_refit_mean"}
 DEGREE_TITLES = {"high": "High-Pers (K = 2)", "medium": "Medium-Pers (K = C/2)",
                  "none": "No-Pers (K = C)"}
 
@@ -506,8 +509,9 @@ def _seed_dirs(dataset: str, degree: str, algorithm: str) -> list[str]:
 
 def plot(dataset: str) -> None:
   """Train loss (top) and all-client test accuracy (bottom) per round, a column per
-  degree that ran, a line per algorithm (several seeds: their mean, and a min-max band), one
-  legend for the figure; shortened runs end where they stopped."""
+  degree that ran, a line per algorithm (several seeds: their mean, and a min-max band),
+  PFLEGO's also after a head refit (dotted), one legend for the figure; shortened runs
+  end where they stopped."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
@@ -532,15 +536,23 @@ def plot(dataset: str) -> None:
       color, dashes = LINE_STYLES.get(algorithm, ("black", ":"))
       style = dict(lw=2.6 if algorithm == "pflego" else 1.4, color=color, ls=dashes,
                    zorder=3 if algorithm == "pflego" else 2)
+      refit_line = None
       for row, (key, scale) in enumerate((("train_loss", 1), (METRIC, 100))):
         values = scale * np.array([[r[key] for r in run[:length]] for run in runs])
         line, = axes[row][column].plot(rounds, values.mean(0), **style)
         if len(runs) > 1:
           axes[row][column].fill_between(rounds, values.min(0), values.max(0),
                                          color=color, alpha=0.18, lw=0)
+        refit_key = REFIT_CURVES[key]
+        if algorithm == "pflego" and all(refit_key in r for run in runs for r in run):
+          refit = scale * np.array([[r[refit_key] for r in run[:length]] for run in runs])
+          refit_line, = axes[row][column].plot(rounds, refit.mean(0), color=color, lw=1.4,
+                                               ls=":", zorder=3)
       label = algorithm + (f" ({len(runs)} seeds)" if len(runs) > 1 else "") + (
           f" (shortened: T={total})" if total < paper_table_rounds(dataset) else "")
       handles.setdefault(label, line)
+      if refit_line is not None:
+        handles.setdefault("pflego after a head refit (its τ − 1 head steps)", refit_line)
     axes[0][column].set(title="one alphabet per client" if one_alphabet
                         else DEGREE_TITLES.get(degree, degree), yscale="log",
                         ylabel="train loss L(ψ) (log)")
