@@ -339,18 +339,24 @@ def run_experiment(config: ExperimentConfig) -> dict:
   return summary
 
 
-def export_experiment(output_dir: str, export_dir: str) -> dict[str, str]:
-  """Exports the newest checkpoint of the run in `output_dir` (see `export.py`)."""
+def load_run_config(output_dir: str, flag: str = "--output_dir") -> ExperimentConfig:
+  """The configuration a run in `output_dir` was made with (`flag` names the
+  directory in errors)."""
   path = os.path.join(output_dir, driver.CONFIG_FILE)
   try:
     with open(path) as f:
       saved = json.load(f)
-    c = ExperimentConfig(**{k: v for k, v in saved.items() if k != "workers"})
+    return ExperimentConfig(**{k: v for k, v in saved.items() if k != "workers"})
   except FileNotFoundError:
-    raise UserError(f"--output_dir {output_dir} holds no run ({driver.CONFIG_FILE} is "
+    raise UserError(f"{flag} {output_dir} holds no run ({driver.CONFIG_FILE} is "
                     "missing)") from None
   except (json.JSONDecodeError, TypeError) as e:
     raise UserError(f"{path} is not a run configuration: {e}") from None
+
+
+def export_experiment(output_dir: str, export_dir: str) -> dict[str, str]:
+  """Exports the newest checkpoint of the run in `output_dir` (see `export.py`)."""
+  c = load_run_config(output_dir)
   _check_creatable(export_dir, "--export_dir")
   p = prepare(c)
   _make_dir(export_dir, "--export_dir")
