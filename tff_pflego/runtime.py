@@ -66,9 +66,11 @@ WORKER_MALLOC_ARENAS = "2"
 # The worker runs a round's client computations concurrently, which already keeps
 # every core busy; each op splitting itself over the cores as well (TensorFlow's
 # default intra-op pool) only adds hand-offs between threads. Measured side by side,
-# 2 cores, Fashion-MNIST High, 20 clients, tau = 50, bit-identical results: PFLEGO's
-# round 0.138 -> 0.114 s, FedAvg's 1.08 -> 0.94 s (docs/round_profile.md, "Threads").
-# A worker running one computation at a time keeps TensorFlow's default.
+# 2 cores, Fashion-MNIST High, 20 clients, tau = 50, identical bodies: PFLEGO's round
+# 0.138 -> 0.114 s, FedAvg's 1.08 -> 0.94 s (docs/round_profile.md, "Third pass"). With
+# thousands of examples a client, PFLEGO's reductions follow the thread count in their
+# last bits (docs/same_numbers.md). A worker running one computation at a time keeps
+# TensorFlow's default.
 WORKER_INTRA_OP_THREADS = "1"
 
 

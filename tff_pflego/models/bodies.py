@@ -37,7 +37,7 @@ def zeros_init(fan_in: int) -> dict:
   """Keras kwargs starting a layer at zero: for a body whose weights are assigned
   before any use. Inside a TFF computation every call runs its variables'
   initializers; drawing U(+-1/sqrt(fan_in)) for the MLP's 157k weights at each client
-  call was ~5% of a PFLEGO round (docs/round_profile.md, "Threads")."""
+  call was ~5% of a PFLEGO round (docs/round_profile.md, "Third pass")."""
   del fan_in
   return dict(kernel_initializer="zeros", bias_initializer="zeros")
 
