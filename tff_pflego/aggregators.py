@@ -80,7 +80,7 @@ class ScreenedMeanFactory(tff.aggregators.WeightedAggregationFactory):
       return state, mean, collections.OrderedDict(rejected_updates=sums["rejected"],
                                                   reported_examples=weight_sum)
 
-    return stages.SplitAggregator(stages.no_state(), screen_and_weigh, estimate)
+    return stages.SplitAggregator(stages.NO_STATE, screen_and_weigh, estimate)
 
 
 def build_unbiased_aggregator(update_type, participation_prob: float,

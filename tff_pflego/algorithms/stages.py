@@ -22,6 +22,7 @@ for bit, `tests/test_baselines.py`).
 from __future__ import annotations
 
 import collections
+from typing import Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -29,16 +30,23 @@ import tensorflow_federated as tff
 _TFF = tff.learning.templates
 
 
+NO_STATE = None  # the `initialize` of a stateless stage
+
+
 def _measured(state, result, measurements) -> tff.templates.MeasuredProcessOutput:
   return tff.templates.MeasuredProcessOutput(state=state, result=result,
                                              measurements=measurements)
 
 
-def _at_server(initialize: tff.Computation) -> tff.Computation:
-  """A stage's federated `initialize`: `initialize`'s state, placed at the server."""
+def _at_server(initialize: Optional[tff.Computation]) -> tff.Computation:
+  """A stage's federated `initialize`: `initialize`'s state, placed at the server; no
+  state (`NO_STATE`) is the empty structure, with no TensorFlow graph (an empty graph
+  makes Grappler log an error line)."""
 
   @tff.federated_computation
   def init_fn():
+    if initialize is NO_STATE:
+      return tff.federated_value((), tff.SERVER)
     return tff.federated_eval(initialize, tff.SERVER)
 
   return init_fn
@@ -66,7 +74,8 @@ class SplitAggregator(tff.templates.AggregationProcess):
   def __init__(self, initialize: tff.Computation, client: tff.Computation,
                server: tff.Computation):
     value_type, weight_type = client.type_signature.parameter
-    state_type = initialize.type_signature.result
+    state_type = (tff.StructType([]) if initialize is NO_STATE
+                  else initialize.type_signature.result)
 
     @tff.federated_computation(tff.FederatedType(state_type, tff.SERVER),
                                tff.FederatedType(value_type, tff.CLIENTS),
@@ -110,7 +119,7 @@ def broadcast_distributor(model_type: tff.types.Type) -> SplitDistributor:
   def server(state, model):
     return state, model, ()
 
-  return SplitDistributor(no_state(), server)
+  return SplitDistributor(NO_STATE, server)
 
 
 def optimizer_finalizer(optimizer: tff.learning.optimizers.Optimizer,
@@ -140,13 +149,3 @@ def optimizer_finalizer(optimizer: tff.learning.optimizers.Optimizer,
         new_trainable, weights.non_trainable), measurements
 
   return SplitFinalizer(initialize, server)
-
-
-def no_state() -> tff.Computation:
-  """The `initialize` of a stateless stage."""
-
-  @tff.tensorflow.computation
-  def initialize():
-    return ()
-
-  return initialize
