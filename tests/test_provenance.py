@@ -226,3 +226,24 @@ def test_known_releases_include_tfds_registered_checksums_and_shared_sums():
   for name in fashion.required_files:
     digest = provenance.sha256_file(os.path.join(sources.FASHION_MNIST_DEBIAN_DIR, name))
     assert digest in fashion.known_releases()[name]
+
+
+def test_client_files_of_the_former_format_are_rebuilt(tmp_path, caplog):
+  # Version 1.0.0 wrote one record per example; a partition with only those files is
+  # rebuilt (and says why), one with this version's files is kept.
+  from tff_pflego.data import provenance
+  from tff_pflego import files
+  content = {"dataset": "mnist", "provenance": {"dataset_fingerprint": "d"}}
+  manifest = dict(content, partition_fingerprint=provenance.sha256_json(content))
+  path = str(tmp_path / "manifest.json")
+  files.write_json(path, manifest)
+  splits = tmp_path / "client_splits"
+  old, new = str(splits / "1.0.0"), str(splits / str(federated.ClientSplits.VERSION))
+  os.makedirs(old)
+  provenance.write_record(old, {"partition_fingerprint": manifest["partition_fingerprint"]})
+  with caplog.at_level(logging.WARNING):
+    assert federated._verified_manifest(path, "d", new, 1) is None
+  assert "has client files of another format (ClientSplits 1.0.0" in _warnings(caplog)
+  os.makedirs(new)
+  provenance.write_record(new, {"partition_fingerprint": manifest["partition_fingerprint"]})
+  assert federated._verified_manifest(path, "d", new, 1) == manifest

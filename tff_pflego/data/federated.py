@@ -2,7 +2,9 @@
 
 `ClientSplits` writes one TFRecord file per client and part (`client00017_train`,
 `client00017_test`), holding the client's examples with labels already re-indexed to
-0..K_i-1. Each part is a `tff.simulation.datasets.FilePerUserClientData` over those
+0..K_i-1 as one record: all its images as one block of raw uint8 bytes and its labels
+as another, so a client's data is read with one record read, one parse and one decode
+(a record per example cost 2-2.5x as much: 600 parses a round per client). Each part is a `tff.simulation.datasets.FilePerUserClientData` over those
 files (`ClientFiles`), their paths taken from the TFDS split info: the clients' `tf.data` pipelines
 open their own file by client id inside the TFF computation, so a round sends client
 ids, not serialized datasets, and the data never passes through Python. The same
@@ -10,7 +12,8 @@ reader takes a vector of paths and reads those clients' examples one after anoth
 (cohort evaluation).
 
 Each element of a client dataset is a batch `{"x": float32 [n, H, W, C] in [0, 1],
-"y": int32 [n]}`; clients train full-batch (as in the paper) on all batches concatenated.
+"y": int32 [n]}` (one per client file read); clients train full-batch (as in the paper)
+on all batches concatenated.
 """
 
 from __future__ import annotations
@@ -33,11 +36,9 @@ from tff_pflego.data import partition as partition_lib
 from tff_pflego.data import provenance, sources
 from tff_pflego.errors import UserError
 
-# Records are batched as uint8 and converted per batch: converting per example before a
-# large batch is ~30x slower. Clients with more examples get several batches, which
-# `batching.full_batch` concatenates.
-BATCH_SIZE = 4096
 PARTS = ("train", "test")
+# Local labels 0..K_i-1, stored as raw bytes.
+LABEL_DTYPE = np.int32
 
 
 def client_id(index: int) -> str:
@@ -52,7 +53,11 @@ def split_name(index_or_id, part: str) -> str:
 class ClientSplits(tfds.core.GeneratorBasedBuilder):
   """One split per client and part; see the module docstring."""
 
-  VERSION = tfds.core.Version("1.0.0")
+  # 2.0.0: one record per client file (1.0.0: one per example). A partition's files of
+  # another version lie in another directory and are rebuilt (`_verified_manifest`).
+  VERSION = tfds.core.Version("2.0.0")
+  RELEASE_NOTES = {"2.0.0": "One record per client and part.",
+                   "1.0.0": "One record per example."}
   BUILDER_CONFIGS = []
 
   def __init__(self, *, image_shape: tuple[int, ...],
@@ -69,11 +74,14 @@ class ClientSplits(tfds.core.GeneratorBasedBuilder):
     return tfds.core.DatasetInfo(
         builder=self,
         description="Personalized federated clients (tff_pflego).",
-        disable_shuffling=True,  # files keep the manifest's example order
+        disable_shuffling=True,
+        # One example per split: the client's examples in the manifest's order.
         features=tfds.features.FeaturesDict({
-            "image": tfds.features.Tensor(shape=self._image_shape, dtype=np.uint8,
-                                          encoding=tfds.features.Encoding.BYTES),
-            "label": tfds.features.Tensor(shape=(), dtype=np.int64),
+            "images": tfds.features.Tensor(shape=(None,) + self._image_shape,
+                                           dtype=np.uint8,
+                                           encoding=tfds.features.Encoding.BYTES),
+            "labels": tfds.features.Tensor(shape=(None,), dtype=LABEL_DTYPE,
+                                           encoding=tfds.features.Encoding.BYTES),
         }),
     )
 
@@ -92,8 +100,7 @@ class ClientSplits(tfds.core.GeneratorBasedBuilder):
     return generators
 
   def _generate_examples(self, images: np.ndarray, labels: np.ndarray):
-    for j, (image, label) in enumerate(zip(images, labels)):
-      yield j, {"image": image, "label": label}
+    yield 0, {"images": images, "labels": labels.astype(LABEL_DTYPE)}
 
 
 def with_rotations(images: np.ndarray, labels: np.ndarray, rotations: int
@@ -161,22 +168,24 @@ class FederatedData:
 def make_client_dataset_fn(image_shape: tuple[int, ...]
                            ) -> Callable[[tf.Tensor], tf.data.Dataset]:
   """A tf_fn from a client file path (or a vector of paths, read one after another) to
-  its examples as `{x, y}` batches."""
+  its examples as `{x, y}` batches, one per file."""
   image_shape = tuple(image_shape)
-  # The builder's features, parsed a batch at a time: the image is a Tensor feature
-  # with BYTES encoding (its raw uint8 bytes), so one decode_raw serves the batch
-  # (2x faster than TFDS's per-example deserialize_example; a test checks equality).
-  spec = {"image": tf.io.FixedLenFeature([], tf.string),
-          "label": tf.io.FixedLenFeature([], tf.int64)}
+  # The builder's features: Tensor features with BYTES encoding (raw bytes), so one
+  # decode_raw each serves the whole client (what TFDS's decoder does, without its
+  # per-feature dispatch; a test checks equality with the arrays written).
+  spec = {"images": tf.io.FixedLenFeature([], tf.string),
+          "labels": tf.io.FixedLenFeature([], tf.string)}
 
   def to_model_inputs(serialized):
-    batch = tf.io.parse_example(serialized, spec)
-    images = tf.reshape(tf.io.decode_raw(batch["image"], tf.uint8), (-1,) + image_shape)
+    record = tf.io.parse_single_example(serialized, spec)
+    images = tf.reshape(tf.io.decode_raw(record["images"], tf.uint8), (-1,) + image_shape)
+    # Converted inside the tf.data function: true division, x = u / 255 exactly
+    # (outside it, Grappler may rewrite the division into a reciprocal product).
     return {"x": tf.cast(images, tf.float32) / 255.0,
-            "y": tf.cast(batch["label"], tf.int32)}
+            "y": tf.io.decode_raw(record["labels"], tf.int32)}
 
   def dataset_fn(paths) -> tf.data.Dataset:
-    return tf.data.TFRecordDataset(paths).batch(BATCH_SIZE).map(to_model_inputs)
+    return tf.data.TFRecordDataset(paths).map(to_model_inputs)
 
   return dataset_fn
 
@@ -437,6 +446,15 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
                        paths, read, data_provenance)
 
 
+def _other_versions(client_dir: str) -> list[str]:
+  """The other `ClientSplits` versions written beside `client_dir` (its version dir)."""
+  parent, version = os.path.split(os.path.normpath(client_dir))
+  if not os.path.isdir(parent):
+    return []
+  return sorted(v for v in os.listdir(parent) if v != version and not v.startswith(".")
+                and os.path.isdir(os.path.join(parent, v)))
+
+
 def _verified_manifest(manifest_path: str, dataset_fingerprint: str,
                        client_dir: str, rotations: int) -> Optional[dict]:
   """The manifest if it and its client files were built from this dataset, else None.
@@ -463,7 +481,10 @@ def _verified_manifest(manifest_path: str, dataset_fingerprint: str,
     reason = "does not match its own fingerprint (edited or damaged)"
   elif (provenance.read_record(client_dir) or {}).get(
       "partition_fingerprint") != manifest["partition_fingerprint"]:
-    reason = f"has client files under {client_dir} from another partition, or none"
+    older = _other_versions(client_dir)
+    reason = (f"has client files of another format (ClientSplits {', '.join(older)}; "
+              f"this version writes {os.path.basename(client_dir)})" if older else
+              f"has client files under {client_dir} from another partition, or none")
   else:
     return manifest
   logging.warning("partition %s %s: rebuilding it", manifest_path, reason)
