@@ -231,7 +231,6 @@ def test_known_releases_include_tfds_registered_checksums_and_shared_sums():
 def test_client_files_of_the_former_format_are_rebuilt(tmp_path, caplog):
   # Version 1.0.0 wrote one record per example; a partition with only those files is
   # rebuilt (and says why), one with this version's files is kept.
-  from tff_pflego.data import provenance
   from tff_pflego import files
   content = {"dataset": "mnist", "provenance": {"dataset_fingerprint": "d"}}
   manifest = dict(content, partition_fingerprint=provenance.sha256_json(content))

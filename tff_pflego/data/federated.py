@@ -4,9 +4,10 @@
 `client00017_test`), holding the client's examples with labels already re-indexed to
 0..K_i-1 as one record: all its images as one block of raw uint8 bytes and its labels
 as another, so a client's data is read with one record read, one parse and one decode
-(a record per example cost 2-2.5x as much: 600 parses a round per client). Each part is a `tff.simulation.datasets.FilePerUserClientData` over those
-files (`ClientFiles`), their paths taken from the TFDS split info: the clients' `tf.data` pipelines
-open their own file by client id inside the TFF computation, so a round sends client
+(a record per example cost 2-2.5x as much: 600 parses a round per client). Each part
+is a `tff.simulation.datasets.FilePerUserClientData` over those files (`ClientFiles`),
+their paths taken from the TFDS split info: the clients' `tf.data` pipelines open
+their own file by client id inside the TFF computation, so a round sends client
 ids, not serialized datasets, and the data never passes through Python. The same
 reader takes a vector of paths and reads those clients' examples one after another
 (cohort evaluation).
@@ -37,7 +38,7 @@ from tff_pflego.data import provenance, sources
 from tff_pflego.errors import UserError
 
 PARTS = ("train", "test")
-# Local labels 0..K_i-1, stored as raw bytes.
+# Local labels 0..K_i-1, stored as raw bytes (`make_client_dataset_fn` decodes int32).
 LABEL_DTYPE = np.int32
 
 
