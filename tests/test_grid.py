@@ -101,3 +101,12 @@ def test_a_ceiling_counts_only_on_its_partition_and_by_the_current_recipe(tmp_pa
   other = types.SimpleNamespace(provenance={"partition_fingerprint": "abc"})
   with pytest.raises(UserError, match="no ceiling computed on another partition"):
     ceiling.write_ceiling(str(run), other, seed=0, epochs=1)
+
+
+def test_the_most_specific_note_explains_a_cell():
+  notes = {("fedrep", "all"): "any dataset", ("mnist", "fedrep", "all"): "mnist",
+           ("mnist", "none", "fedrep", "all"): "mnist none"}
+  assert grid.note_for(notes, "mnist", "none", "fedrep", "all") == "mnist none"
+  assert grid.note_for(notes, "mnist", "high", "fedrep", "all") == "mnist"
+  assert grid.note_for(notes, "cifar10", "none", "fedrep", "all") == "any dataset"
+  assert grid.note_for(notes, "cifar10", "none", "fedrep", "sampled") is None

@@ -19,7 +19,7 @@ import csv
 import dataclasses
 import math
 import os
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -150,6 +150,18 @@ def lead(rows: Sequence[dict], dataset: str, degree: str, metric: str,
     return Lead(best, None, None)
   stds = [s.seed_std for s in (mine, others[best]) if s.seed_std is not None]
   return Lead(best, mine.mean - others[best].mean, max(stds) if stds else None)
+
+
+def note_for(notes: Mapping[tuple, str], dataset: str, degree: str, algorithm: str,
+             protocol: str) -> Optional[str]:
+  """The most specific of `notes` for a cell's protocol: keyed (dataset, degree,
+  algorithm, protocol), else (dataset, algorithm, protocol), else (algorithm,
+  protocol); None if none is."""
+  for key in ((dataset, degree, algorithm, protocol), (dataset, algorithm, protocol),
+              (algorithm, protocol)):
+    if key in notes:
+      return notes[key]
+  return None
 
 
 def largest_rise(losses: Sequence[float]) -> float:
