@@ -12,9 +12,11 @@ run: setup
 	$(PY) binaries/train.py --dataset=fashion_mnist --personalization=high \
 	    --eval_every=10 --output_dir=runs/fashion_mnist_high --overwrite
 
-## The whole test suite.
+## The whole test suite: test files spread over TEST_WORKERS processes (pytest-xdist),
+## each with its own TFF worker; TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest tests -q --durations=10
+	$(PY) -m pytest tests -q --durations=10 -n $(TEST_WORKERS) --dist=loadfile
 
 setup-bazel:
 	@bash tools/setup.sh --bazel
