@@ -21,8 +21,14 @@ def tff_context():
 
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory) -> str:
-  """A session-wide data dir; FASHION_MNIST prepared once into it by the tests using it."""
-  return os.environ.get("TFF_PFLEGO_TEST_DATA_DIR") or str(tmp_path_factory.mktemp("data"))
+  """A session-wide data dir; FASHION_MNIST prepared once into it by the tests using it.
+
+  TFF_PFLEGO_TEST_DATA_DIR keeps it between sessions, one subdirectory per pytest-xdist
+  process (`make test` runs two), so no two processes prepare into one directory."""
+  kept = os.environ.get("TFF_PFLEGO_TEST_DATA_DIR")
+  if kept:
+    return os.path.join(kept, os.environ.get("PYTEST_XDIST_WORKER", "main"))
+  return str(tmp_path_factory.mktemp("data"))
 
 
 @pytest.fixture(scope="session")
