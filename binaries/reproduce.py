@@ -114,6 +114,12 @@ NOTES = {
     # algorithm, protocol): for one cell.
     **{("fashion_mnist", degree, "fedrep", protocol): _FEDREP_AT_007
        for degree in ("medium", "none") for protocol in ("all", "sampled")},
+    **{("fashion_mnist", "none", "fedbabu", protocol): (
+        "each client adapts only the body, for --body_steps=5 steps (spec); with the "
+        "reference code's tau = 50 (`train.py --algorithm=fedbabu --body_steps=50`) this "
+        "cell gives 84.96 all / 84.89 sampled (seed 0, measured 2026-11-25), 0.8 above "
+        "the paper; at None every client holds all 10 classes under the same labels, so "
+        "the fixed shared head costs nothing here.") for protocol in ("all", "sampled")},
     ("cifar10", "pflego", "all"): "the clients' stored heads go stale (README, 'CIFAR-10: "
                                   "why L(psi) rises'): a client refits its head only when "
                                   "sampled (1 round in 5) and at Adam's rho = .001 the body "
