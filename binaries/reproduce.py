@@ -83,8 +83,9 @@ MARGIN = 0.015  # a cell more than 1.5 points off the paper's value gets a note
 _FEDREP_AT_007 = (
     "not the rate: this cell runs at beta = .007 already (the spec's .003 is for High "
     "only), and `train.py --algorithm=fedrep --client_lr=0.007` at Medium gave the same "
-    "83.85 all / 84.41 sampled, the cell's own numbers (2026-11-25). FedRep is still learning at round 200 (its "
-    "test loss falling at every evaluation); more of its 50 local steps on the body "
+    "83.85 all / 84.41 sampled, the cell's own numbers (2026-11-25). FedRep is still "
+    "learning at round 200 (its test loss falling at every evaluation); more of its 50 "
+    "local steps on the body "
     "help but close little of the gap: at None `--body_steps=25` (spec: 5) gives 71.04 "
     "all / 71.43 sampled against 68.66 / 69.11 (seed 0, measured). The rest is not "
     "explained yet.")
@@ -105,9 +106,6 @@ NOTES = {
                        "--client_lr=0.007 (every other baseline's rate) gives 95.00 all / "
                        "95.66 sampled, while the head/body split does not matter "
                        "(--body_steps=25: 93.71 / 94.46; default 45 + 5).",
-    ("fedrep", "sampled"): "as for all clients: at the spec's beta = .003 FedRep's plain-GD "
-                           "steps move slowly (--client_lr=0.007 measured at High: 95.66 "
-                           "sampled).",
     ("ditto", "sampled"): "Ditto's personal models are trained only on rounds that "
                           "sample the client; scored right after such a round.",
     # (dataset, algorithm, protocol): a note for one dataset only; (dataset, degree,
