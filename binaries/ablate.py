@@ -4,31 +4,42 @@ r"""The paper's ablations: one or two settings varied, everything else the paper
   python binaries/ablate.py --study=rates          # Omniglot: PFLEGO's beta x rho
   python binaries/ablate.py --study=tau            # Omniglot: tau x participants per
                                                    # round, PFLEGO and FedRecon
+  python binaries/ablate.py --study=server_rate    # CIFAR-10 High: PFLEGO's server rate,
+                                                   # constant or cosine (issue #14 §0)
 
 A study names the paper's dataset, degree, algorithms and values (`STUDIES`);
 `--dataset`, `--degree`, `--algorithms` and `--vary` replace them, e.g. where the
 paper's dataset does not fit on the machine (`--dataset=mnist`: say so where the figure
 is shown). `--vary=name=v1,v2,...` (at most twice) names a setting of train.py and its
-values; every other setting is the paper's for the dataset, degree and algorithm, and
-`--rounds` below the paper's T marks every cell "shortened". Every cell is checked
-before the first one runs, so a bad value costs no compute.
+values (numbers, or a choice such as --server_lr_schedule's constant / cosine); every
+other setting is the paper's for the dataset, degree and algorithm, and `--rounds`
+below the paper's T marks every cell "shortened". Every cell is checked before the
+first one runs, so a bad value costs no compute.
 
 Each cell is a train.py run (the same `run_experiment`, resumable; a finished cell is
 skipped) in <output_dir>/<study>/<dataset>_<degree>[_T<rounds>]/<algorithm>/
-<name>=<value>[,<name>=<value>]/seed<k>/. The study's directory gets, after every cell:
+<name>=<value>[,<name>=<value>]/seed<k>/. Several invocations over one --output_dir
+share a study: a cell claimed by one is skipped by the others. The study's directory
+gets, after every cell:
   results.csv  one row per finished cell: its varied values and its figures
                (`cells.run_figures`: the last 10 evaluations of each protocol); kept
                across invocations that vary the same settings, so a second run with
                other values or algorithms adds to the same tables
-  results.md   per protocol (all clients; sampled clients right after their update),
-               a table: one row per algorithm (and value of the second setting), one
-               column per value of the first; mean ± std over the last 10 evaluations,
-               or over the seeds (sample std, n=) when several ran
-  ablation.png all-client accuracy, sampled accuracy and L(psi) at the end, against the
-               first setting: one line per algorithm, or with two settings, a column of
+  results.md   per protocol (all clients; sampled clients right after their update; all
+               clients after a head refit), a table: one row per algorithm (and value
+               of the second setting), one column per value of the first; mean ± std
+               over the last 10 evaluations, or over the seeds (sample std, n=) when
+               several ran; then L(psi) at T with the stored heads, its largest rise
+               above its best so far, and L(psi) at T after a head refit
+  ablation.png each protocol's accuracy and L(psi) at the end, against the first
+               setting: one line per algorithm, or with two settings, a column of
                panels per algorithm and one line per value of the second
-`--docs_dir` copies results.md and ablation.png there as
-ablation_<study>_<dataset>_<degree>[_T<rounds>].md / .png.
+`--docs_dir` copies the three there, after every cell, as
+ablation_<study>_<dataset>_<degree>[_T<rounds>].md / .png / .csv, and keeps every
+finished cell's record under <docs_dir>/ablations/<study>/... (`tff_pflego/records.py`),
+so a fresh clone tabulates the study without its runs; a cell stopped before its end
+(Ctrl-C, SIGTERM, an error) is parked in its record and the same command continues it
+there, as `reproduce.py` does (`cells.run_or_continue`).
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ from typing import Optional
 from absl import flags
 import numpy as np
 
+from tff_pflego import records
 from tff_pflego.config import PERSONALIZATIONS
 from tff_pflego.errors import UserError
 from tff_pflego.training import cells
@@ -74,12 +86,22 @@ STUDIES = {
         "omniglot", "high", ("pflego", "fedrecon"),
         (("local_steps", (5, 10, 25, 50)), ("clients_per_round", (4, 16, 28))),
         "inner steps tau, at several numbers of participants per round"),
+    # Not in the paper: issue #14 §0, where L(psi) rises on CIFAR-10 at the paper's rates.
+    "server_rate": Study(
+        "cifar10", "high", ("pflego",),
+        (("server_lr_schedule", ("constant", "cosine")), ("server_lr", (0.001, 0.0003))),
+        "PFLEGO's server rate over the run (stale heads, issue #14 §0)"),
 }
 # The settings a study may vary: the rest define the run (dataset, seed, T, outputs).
 VARIABLE = ("num_clients", "clients_per_round", "participation_prob", "local_steps",
             "client_lr", "server_lr", "prox_mu", "body_steps", "momentum",
-            "dirichlet_alpha", "dropout_prob")
-PROTOCOLS = (("accuracy", "all clients"), ("sampled_pooled", "sampled clients"))
+            "dirichlet_alpha", "dropout_prob", "server_lr_final_fraction",
+            "server_optimizer", "server_lr_schedule", "head_optimizer", "head_step")
+PROTOCOLS = (("accuracy", "all clients"), ("sampled_pooled", "sampled clients"),
+             ("refit", "all clients after a head refit"))
+LOSSES = (("train_loss_last", "at T with the stored heads"),
+          ("train_loss_largest_rise", "largest rise above its best so far"),
+          ("train_loss_refit_final", "at T after a head refit"))
 
 _STUDY = flags.DEFINE_enum("study", None, sorted(STUDIES), "The ablation.")
 _DATASET = flags.DEFINE_string("dataset", None, "Dataset (default: the study's).")
@@ -96,10 +118,27 @@ _EVAL_EVERY = flags.DEFINE_integer("eval_every", 10, "All-client evaluation peri
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/ablate", "Where studies go.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Prepared data (default: data/).")
 _PROGRESS = flags.DEFINE_bool("progress", True, "A progress bar per run.")
-_DOCS_DIR = flags.DEFINE_string("docs_dir", None, "Also copy the table and figure here.")
+_DOCS_DIR = flags.DEFINE_string(
+    "docs_dir", None, "Also copy the tables and figure here, and keep every finished "
+    "cell's record under <docs_dir>/ablations (a cell stopped before its end is parked "
+    "there and continued by the same command on a fresh clone).")
 flags.mark_flag_as_required("study")
 
 Vary = tuple[tuple[str, tuple], ...]
+
+
+def value_text(value) -> str:
+  """A varied value as directory names, tables and figures show it."""
+  return value if isinstance(value, str) else f"{value:g}"
+
+
+def categorical(values: tuple) -> bool:
+  return any(isinstance(v, str) for v in values)
+
+
+def text_fields(vary: Vary) -> tuple[str, ...]:
+  """The results.csv columns of varied settings that hold text, not numbers."""
+  return tuple(name for name, values in vary if categorical(values))
 
 
 def parse_vary(texts: Optional[list[str]], default: Vary) -> Vary:
@@ -163,8 +202,27 @@ class Plan:
     return list(itertools.product(*(values for _, values in self.vary)))
 
   def cell_dir(self, algorithm: str, point: tuple, seed: int) -> str:
-    where = ",".join(f"{name}={value:g}" for (name, _), value in zip(self.vary, point))
+    where = ",".join(f"{name}={value_text(value)}"
+                     for (name, _), value in zip(self.vary, point))
     return os.path.join(self.directory, algorithm, where, f"seed{seed}")
+
+  def record_dir(self, algorithm: str, point: tuple, seed: int) -> Optional[str]:
+    """Where the cell's record is kept: under <docs_dir>/ablations (None without
+    --docs_dir)."""
+    if not _DOCS_DIR.value:
+      return None
+    return os.path.join(_DOCS_DIR.value, "ablations", os.path.relpath(
+        self.cell_dir(algorithm, point, seed), _OUTPUT_DIR.value))
+
+  def source(self, algorithm: str, point: tuple, seed: int) -> Optional[str]:
+    """The cell's finished run, else its record, else None."""
+    return cells.source(self.cell_dir(algorithm, point, seed),
+                        self.record_dir(algorithm, point, seed))
+
+  @property
+  def docs_name(self) -> str:
+    """The study's files under --docs_dir: <docs_name>.md / .png / .csv."""
+    return f"ablation_{self.study}_{os.path.basename(self.directory)}"
 
 
 def make_plan() -> Plan:
@@ -195,7 +253,7 @@ def cell_config(plan: Plan, algorithm: str, point: tuple, seed: int):
 
 
 def cell_row(plan: Plan, algorithm: str, point: tuple, seed: int) -> dict:
-  directory = plan.cell_dir(algorithm, point, seed)
+  directory = plan.source(algorithm, point, seed)
   return dict(dataset=plan.dataset, degree=plan.degree, algorithm=algorithm, seed=seed,
               varied=plan.varied,
               **{name: value for (name, _), value in zip(plan.vary, point)},
@@ -215,7 +273,7 @@ def _line_groups(plan: Plan) -> list[tuple[str, tuple]]:
   if len(plan.vary) == 1:
     return [("", ())]
   name, values = plan.vary[1]
-  return [(f"{name}={value:g}", (value,)) for value in values]
+  return [(f"{name}={value_text(value)}", (value,)) for value in values]
 
 
 def write_table(plan: Plan, rows: list[dict]) -> None:
@@ -228,7 +286,8 @@ def write_table(plan: Plan, rows: list[dict]) -> None:
            + "; mean ± std over the last 10 evaluations, or over seeds (n=).", ""]
   for metric, protocol in PROTOCOLS:
     lines += [f"## {protocol}", "",
-              "| algorithm | " + " | ".join(f"{first_name}={v:g}" for v in first_values)
+              "| algorithm | " + " | ".join(f"{first_name}={value_text(v)}"
+                                            for v in first_values)
               + " |", "|---" * (len(first_values) + 1) + "|"]
     for algorithm in plan.algorithms:
       for label, second in _line_groups(plan):
@@ -237,8 +296,34 @@ def write_table(plan: Plan, rows: list[dict]) -> None:
         lines.append(f"| {algorithm}{' ' + label if label else ''} | "
                      + " | ".join("—" if s is None else s.text() for s in texts) + " |")
     lines.append("")
+  lines += loss_table(plan, rows)
   with open(os.path.join(plan.directory, "results.md"), "w") as f:
     f.write("\n".join(lines))
+
+
+def loss_table(plan: Plan, rows: list[dict]) -> list[str]:
+  """L(psi) over all clients with their stored heads at T, its largest rise above its
+  best so far during the run, and L(psi) at T after every client refits its head: does
+  the objective PFLEGO minimizes rise (issue #14 §0)? The mean over seeds."""
+  first_name, first_values = plan.vary[0]
+  lines = ["## L(ψ) over all clients: " + " / ".join(title for _, title in LOSSES), "",
+           "| algorithm | " + " | ".join(f"{first_name}={value_text(v)}"
+                                        for v in first_values) + " |",
+           "|---" * (len(first_values) + 1) + "|"]
+  for algorithm in plan.algorithms:
+    for label, second in _line_groups(plan):
+      texts = []
+      for value in first_values:
+        point = (value,) + second
+        found = [r for r in rows if r["algorithm"] == algorithm and all(
+            r[name] == v for (name, _), v in zip(plan.vary, point))]
+        means = [np.mean([np.nan if r.get(key) is None else r[key] for r in found])
+                 for key, _ in LOSSES]
+        texts.append("—" if not found else
+                     f"{means[0]:.3g} / {means[1]:.2f}x / {means[2]:.3g}")
+      lines.append(f"| {algorithm}{' ' + label if label else ''} | "
+                   + " | ".join(texts) + " |")
+  return lines + [""]
 
 
 def plot(plan: Plan, rows: list[dict]) -> None:
@@ -253,8 +338,13 @@ def plot(plan: Plan, rows: list[dict]) -> None:
   fig, axes = plt.subplots(len(quantities), len(panels), squeeze=False, sharey="row",
                            figsize=(max(4.6 * len(panels) + 1, 8), 3.2 * len(quantities)),
                            layout="constrained")
-  spread = max(first_values) / min(first_values) if min(first_values) > 0 else 1
-  log_x = spread >= 8  # e.g. 0.002, 0.006, 0.02: log-spaced values
+  if categorical(first_values):  # e.g. constant, cosine: evenly spaced positions
+    position = {v: float(i) for i, v in enumerate(first_values)}
+    log_x = False
+  else:
+    position = {v: v for v in first_values}
+    spread = max(first_values) / min(first_values) if min(first_values) > 0 else 1
+    log_x = spread >= 8  # e.g. 0.002, 0.006, 0.02: log-spaced values
   for column, panel in enumerate(panels):
     for algorithm in [panel] if panel else plan.algorithms:
       for group_index, (label, second) in enumerate(_line_groups(plan)):
@@ -265,7 +355,7 @@ def plot(plan: Plan, rows: list[dict]) -> None:
           if not found:
             continue
           scale = 1 if metric == "train_loss" else 100
-          x = [v for v, _ in found]
+          x = [position[v] for v, _ in found]
           y = np.array([scale * s.mean for _, s in found])
           err = np.nan_to_num([scale * s.std for _, s in found])
           name = label if panel else algorithm
@@ -280,14 +370,15 @@ def plot(plan: Plan, rows: list[dict]) -> None:
           if log_x:
             ax.set_xscale("log")
           ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-          ax.set_xticks(first_values, [f"{v:g}" for v in first_values])
+          ax.set_xticks([position[v] for v in first_values],
+                        [value_text(v) for v in first_values])
           ax.grid(alpha=0.3)
       axes[0][column].set_title(panel or "")
       axes[-1][column].set_xlabel(first_name)
       if axes[0][column].get_legend_handles_labels()[0]:
         axes[0][column].legend(fontsize=8)
-  low, high = min(first_values), max(first_values)
-  pad = 1.25 if log_x else 0.05 * (high - low or 1)
+  low, high = min(position.values()), max(position.values())
+  pad = 1.25 if log_x else 0.5 if categorical(first_values) else 0.05 * (high - low or 1)
   for ax in axes.flat:  # the same x range in every panel
     ax.set_xlim(*((low / pad, high * pad) if log_x else (low - pad, high + pad)))
   shortened = (f", shortened: T = {plan.rounds} of the paper's {plan.paper_rounds}"
@@ -303,16 +394,31 @@ def _row_key(plan: Plan, row: dict) -> tuple:
   return (row["algorithm"], row["seed"]) + tuple(row[name] for name, _ in plan.vary)
 
 
+def _kept_results(plan: Plan) -> list[str]:
+  """Where the study's results.csv is kept: in its directory, and under --docs_dir
+  (which outlives the machine)."""
+  paths = [os.path.join(plan.directory, "results.csv")]
+  if _DOCS_DIR.value:
+    paths.append(os.path.join(_DOCS_DIR.value, plan.docs_name + ".csv"))
+  return paths
+
+
 def tabulate(plan: Plan, fresh: list[dict]) -> None:
   """results.csv, results.md and ablation.png of every finished cell of the study
   that varies the same settings: the earlier invocations' rows are kept (a fresh cell
-  replaces its row), so runs of other values or algorithms add to one table."""
-  path = os.path.join(plan.directory, "results.csv")
-  rows = {_row_key(plan, r): r for r in grid.read_results(path)
-          if r.get("varied") == plan.varied}
+  replaces its row), so runs of other values or algorithms add to one table. With
+  --docs_dir the three are also copied there after every cell."""
+  rows = {}
+  for path in reversed(_kept_results(plan)):
+    rows.update((_row_key(plan, r), r)
+                for r in grid.read_results(path, text_fields(plan.vary))
+                if r.get("varied") == plan.varied)
   rows.update((_row_key(plan, r), r) for r in fresh)
   rows = list(rows.values())
-  grid.write_results(path, rows, list(fresh[0]))
+  if not rows:
+    return
+  fields = list(dict.fromkeys(k for r in rows for k in r))
+  grid.write_results(_kept_results(plan)[0], rows, fields)
   shown = dataclasses.replace(
       plan, vary=tuple((name, tuple(sorted({r[name] for r in rows})))
                        for name, _ in plan.vary),
@@ -320,6 +426,29 @@ def tabulate(plan: Plan, fresh: list[dict]) -> None:
           r["algorithm"] for r in rows))))
   write_table(shown, rows)
   plot(shown, rows)
+  if _DOCS_DIR.value:
+    os.makedirs(_DOCS_DIR.value, exist_ok=True)
+    for name, suffix in (("results.md", "md"), ("ablation.png", "png"),
+                         ("results.csv", "csv")):
+      shutil.copyfile(os.path.join(plan.directory, name),
+                      os.path.join(_DOCS_DIR.value, f"{plan.docs_name}.{suffix}"))
+
+
+def run_cell(plan: Plan, label: str, algorithm: str, point: tuple, seed: int) -> bool:
+  """Runs the cell unless another live process claims it (False); a run parked in its
+  record is continued, and one that stops before its end is parked there
+  (`cells.run_or_continue`); a finished run's record is kept."""
+  directory, record = plan.cell_dir(algorithm, point, seed), plan.record_dir(
+      algorithm, point, seed)
+  with records.claim(directory) as mine:
+    if not mine:
+      print(f"{label}: being run by process {records.holder(directory)}, skipped",
+            flush=True)
+      return False
+    if plan.source(algorithm, point, seed) is None:  # not finished meanwhile
+      print(f"{label}: running", flush=True)
+      cells.run_or_continue(cell_config(plan, algorithm, point, seed), record)
+  return True
 
 
 def main(argv) -> None:
@@ -327,26 +456,25 @@ def main(argv) -> None:
   plan = make_plan()
   work = [(a, p, s) for a in plan.algorithms for p in plan.points() for s in plan.seeds]
   for cell in work:  # every cell to run checked before any runs
-    if not cells.finished(plan.cell_dir(*cell)):
+    if plan.source(*cell) is None:
       experiment.resolve(cells.resuming(cell_config(plan, *cell)))
   os.makedirs(plan.directory, exist_ok=True)
   rows = []
-  for number, (algorithm, point, seed) in enumerate(work, 1):
-    directory = plan.cell_dir(algorithm, point, seed)
-    done = cells.finished(directory)
-    print(f"[{number}/{len(work)}] {os.path.relpath(directory, plan.directory)}: "
-          f"{'done, skipped' if done else 'running'}", flush=True)
-    if not done:
-      cells.run_cell(cell_config(plan, algorithm, point, seed))
-    rows.append(cell_row(plan, algorithm, point, seed))
+  for number, cell in enumerate(work, 1):
+    directory, record = plan.cell_dir(*cell), plan.record_dir(*cell)
+    label = f"[{number}/{len(work)}] {os.path.relpath(directory, plan.directory)}"
+    if plan.source(*cell) is not None:
+      print(f"{label}: done, skipped", flush=True)
+    elif not run_cell(plan, label, *cell):
+      continue
+    if record and cells.finished(directory):
+      records.keep(directory, record, cells.RECORDED)
+    rows.append(cell_row(plan, *cell))
     tabulate(plan, rows)
-  if _DOCS_DIR.value:
-    os.makedirs(_DOCS_DIR.value, exist_ok=True)
-    for name, suffix in (("results.md", "md"), ("ablation.png", "png")):
-      shutil.copyfile(os.path.join(plan.directory, name), os.path.join(
-          _DOCS_DIR.value,
-          f"ablation_{plan.study}_{os.path.basename(plan.directory)}.{suffix}"))
-  print(open(os.path.join(plan.directory, "results.md")).read())
+  tabulate(plan, rows)
+  results = os.path.join(plan.directory, "results.md")
+  if os.path.exists(results):
+    print(open(results).read())
 
 
 if __name__ == "__main__":

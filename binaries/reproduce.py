@@ -140,10 +140,7 @@ ALGORITHM_ORDER = ("pflego", "fedavg", "fedper", "fedprox", "fedrep", "fedbabu",
 DATASET_ORDER = ("mnist", "fashion_mnist", "emnist_letters", "cifar10", "omniglot")
 DEGREES = ("high", "medium", "none")
 # A cell's record: what cell_result and plot read (and the summary, kept last).
-RECORDED = ("config.json", "metrics.csv", "rounds.csv", "ceiling.json")
-# What a parked (unfinished) cell keeps besides its newest checkpoint.
-PARKED = ("config.json", "metrics.csv", "rounds.csv", "partition.json", "clients.csv",
-          "tensorboard")
+RECORDED = cells.RECORDED + ("ceiling.json",)
 
 
 def cell_dir(dataset: str, degree: str, algorithm: str, seed: int) -> str:
@@ -163,11 +160,8 @@ def record_dir(dataset: str, degree: str, algorithm: str, seed: int) -> Optional
 
 def cell_source(dataset: str, degree: str, algorithm: str, seed: int) -> Optional[str]:
   """The cell's finished run, else its record, else None (not run)."""
-  for directory in (cell_dir(dataset, degree, algorithm, seed),
-                    record_dir(dataset, degree, algorithm, seed)):
-    if directory and cells.finished(directory):
-      return directory
-  return None
+  return cells.source(cell_dir(dataset, degree, algorithm, seed),
+                      record_dir(dataset, degree, algorithm, seed))
 
 
 def keep_record(dataset: str, degree: str, algorithm: str, seed: int) -> None:
@@ -180,8 +174,8 @@ def keep_record(dataset: str, degree: str, algorithm: str, seed: int) -> None:
                facts=dict(partition_fingerprint=ceiling.partition_fingerprint(run)))
 
 
-def run_cell(dataset: str, degree: str, algorithm: str, seed: int) -> None:
-  """Runs (or resumes) the cell with the paper's settings (`cells.run_cell`)."""
+def cell_config(dataset: str, degree: str, algorithm: str, seed: int):
+  """The cell's ExperimentConfig: the paper's settings."""
   from tff_pflego.experiment import ExperimentConfig
   config = ExperimentConfig(
       dataset=dataset, algorithm=algorithm, personalization=degree, seed=seed,
@@ -191,46 +185,15 @@ def run_cell(dataset: str, degree: str, algorithm: str, seed: int) -> None:
       checkpoint_every=_SETTINGS["checkpoint_every"].value)
   if _DATA_DIR.value:
     config.data_dir = _DATA_DIR.value
-  cells.run_cell(config)
-
-
-def checkpoint_round(files: list[str]) -> int:
-  """The newest checkpoint's round among a run's `files` (paths relative to the run;
-  -1 if none)."""
-  from tff_pflego.training import checkpoints, driver
-  prefix = os.path.join(driver.CHECKPOINT_DIR, checkpoints.PREFIX)
-  rounds = [int(f[len(prefix):].split(os.sep)[0]) for f in files if f.startswith(prefix)
-            and f[len(prefix):].split(os.sep)[0].isdigit()]
-  return max(rounds, default=-1)
-
-
-def run_files(run_dir: str) -> list[str]:
-  """Every file under `run_dir`, relative to it."""
-  return [os.path.relpath(os.path.join(root, n), run_dir)
-          for root, _, names in os.walk(run_dir) for n in names]
+  return config
 
 
 def run_or_continue(dataset: str, degree: str, algorithm: str, seed: int) -> None:
-  """Runs the cell (`run_cell`), first unpacking a parked run of it that is further
-  on than the local one; with --docs_dir, a run that stops before its end is parked
-  (its newest checkpoint and its logs)."""
-  from tff_pflego.training import checkpoints, driver
-  run, record = cell_dir(dataset, degree, algorithm, seed), record_dir(
-      dataset, degree, algorithm, seed)
-  if records.parked(record):
-    parked_round = checkpoint_round(records.parked_files(record))
-    if parked_round > checkpoint_round(run_files(run)):
-      print(f"  continuing the run parked in {record} at round {parked_round}", flush=True)
-      records.unpark(record, run)
-  try:
-    run_cell(dataset, degree, algorithm, seed)
-  finally:
-    stopped_at = checkpoint_round(run_files(run))
-    if record and stopped_at >= 0 and not cells.finished(run):
-      records.park(run, record, PARKED + (os.path.join(
-          driver.CHECKPOINT_DIR, f"{checkpoints.PREFIX}{stopped_at}"),))
-      print(f"  stopped at round {stopped_at}: parked in "
-            f"{os.path.join(record, records.UNFINISHED)}", flush=True)
+  """Runs the cell (`cell_config`), continuing a run of it parked in its record
+  (`cells.run_or_continue`); with --docs_dir, a run that stops before its end is
+  parked."""
+  cells.run_or_continue(cell_config(dataset, degree, algorithm, seed),
+                        record_dir(dataset, degree, algorithm, seed))
 
 
 def ensure_ceiling(dataset: str, degree: str, seed: int) -> None:
@@ -453,7 +416,7 @@ def _parked_cells() -> list[str]:
   for cell in found:
     record = os.path.join(root, cell)
     rounds = json.loads(records.parked_file(record, "config.json"))["rounds"]
-    stopped_at = checkpoint_round(records.parked_files(record))
+    stopped_at = cells.checkpoint_round(records.parked_files(record))
     lines.append(f"- {cell}: round {stopped_at} of {rounds}")
   return lines
 

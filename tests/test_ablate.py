@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -108,3 +109,52 @@ def test_bad_vary_is_one_line_and_exit_2(tmp_path, vary, message):
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
   assert not os.path.exists(out)
+
+
+def test_a_choice_is_varied_and_the_study_outlives_its_runs(prepared, tmp_path):
+  """A setting with choices (the server rate's schedule) is varied like a number; with
+  --docs_dir each finished cell is kept as a record, and on a fresh clone (no runs) the
+  same command runs nothing and redraws the same tables from the records."""
+  out, docs = tmp_path / "ablate", tmp_path / "docs"
+  args = ABLATE + ["--study=server_rate", "--dataset=fashion_mnist", "--degree=high",
+                   "--rounds=3", "--eval_every=1", "--noprogress",
+                   "--vary=server_lr_schedule=constant,cosine", "--vary=num_clients=5",
+                   f"--data_dir={prepared}", f"--output_dir={out}", f"--docs_dir={docs}"]
+  first = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=900)
+  assert first.returncode == 0, first.stderr[-3000:]
+
+  study = os.path.join(str(out), "server_rate", "fashion_mnist_high_T3")
+  rows = {r["server_lr_schedule"]: r for r in grid.read_results(
+      os.path.join(study, "results.csv"), text_fields=("server_lr_schedule",))}
+  assert sorted(rows) == ["constant", "cosine"]
+  losses = {}
+  for schedule in ("constant", "cosine"):
+    where = os.path.join("pflego", f"server_lr_schedule={schedule},num_clients=5", "seed0")
+    run_dir, record = os.path.join(study, where), os.path.join(
+        str(docs), "ablations", "server_rate", "fashion_mnist_high_T3", where)
+    with open(os.path.join(run_dir, "config.json")) as f:
+      assert json.load(f)["server_lr_schedule"] == schedule  # the value reached the run
+    evals = [row for row in read_rows(os.path.join(run_dir, "metrics.csv"))
+             if row["round"] > 0]
+    assert rows[schedule]["refit_mean"] == pytest.approx(
+        np.mean([row["test_accuracy_refit_mean"] for row in evals]), abs=1e-12)
+    assert rows[schedule]["train_loss_last"] == evals[-1]["train_loss"]
+    losses[schedule] = [row["train_loss"] for row in evals]
+    assert read_rows(os.path.join(record, "metrics.csv")) == read_rows(
+        os.path.join(run_dir, "metrics.csv"))  # the record keeps the run's rows
+  # Round 1 runs at rho under both schedules; the cosine's rounds 2-3 at less.
+  assert losses["constant"][0] == losses["cosine"][0]
+  assert losses["constant"][1:] != losses["cosine"][1:]
+  table = (docs / "ablation_server_rate_fashion_mnist_high_T3.md").read_text()
+  assert ("| algorithm | server_lr_schedule=constant | server_lr_schedule=cosine |"
+          in table)
+  assert "## all clients after a head refit" in table
+  cosine = rows["cosine"]
+  assert (f"{cosine['train_loss_last']:.3g} / {cosine['train_loss_largest_rise']:.2f}x / "
+          f"{cosine['train_loss_refit_final']:.3g}") in table
+
+  shutil.rmtree(out)  # a fresh clone: the records are in git, the runs are not
+  again = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=900)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert again.stdout.count("done, skipped") == 2 and "running" not in again.stdout
+  assert (docs / "ablation_server_rate_fashion_mnist_high_T3.md").read_text() == table

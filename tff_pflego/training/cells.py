@@ -5,6 +5,13 @@ dies (a crash outside the run's control, e.g. a segfault) resumes from its last
 checkpoint, up to `WORKER_RETRIES` times: a resumed run equals an uninterrupted one
 (tests/test_resume).
 
+`run_or_continue(config, record_dir)` does the same for a cell that may outlive the
+machine: a run parked in the cell's record (`tff_pflego/records.py`) further on than
+the local one is unpacked first, and a run that stops before its end (a stop signal,
+an error) is parked there (`PARKED` and its newest checkpoint), so the same command on
+a fresh clone continues it. A finished cell's record keeps `RECORDED` (`records.keep`);
+`source` is where a cell's finished run is read from (the run, else its record).
+
 `run_figures(directory)` reads a finished run's released files (metrics.csv: one row
 per all-client evaluation; rounds.csv: one row per round; summary.json) and returns its
 table figures: for each protocol, the mean and std over the last `WINDOW` evaluations
@@ -18,10 +25,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from typing import Optional, Sequence
 
 import numpy as np
 
-from tff_pflego.records import finished  # noqa: F401 (the cells' test of a finished run)
+from tff_pflego import records
+from tff_pflego.records import finished  # the cells' test of a finished run
 from tff_pflego.training.grid import largest_rise
 
 WINDOW = 10  # the paper's table entry: the mean over the final 10 rounds
@@ -29,6 +38,11 @@ WORKER_RETRIES = 2
 METRIC = "test_accuracy_mean"
 SAMPLED_METRIC = "test_accuracy_sampled_pooled"
 REFIT_METRIC = "test_accuracy_refit_mean"
+# A cell's record: what `run_figures` and the curves read (and the summary, kept last).
+RECORDED = ("config.json", "metrics.csv", "rounds.csv")
+# What a parked (unfinished) cell keeps besides its newest checkpoint.
+PARKED = ("config.json", "metrics.csv", "rounds.csv", "partition.json", "clients.csv",
+          "tensorboard")
 
 
 def resuming(config):
@@ -52,6 +66,54 @@ def run_cell(config, retries: int = WORKER_RETRIES) -> None:
         raise
       print(f"  {e}; resuming the cell from its checkpoint "
             f"(retry {attempt + 1} of {retries})", flush=True)
+
+
+def checkpoint_round(files: Sequence[str]) -> int:
+  """The newest checkpoint's round among a run's `files` (paths relative to the run;
+  -1 if none)."""
+  from tff_pflego.training import checkpoints, driver
+  prefix = os.path.join(driver.CHECKPOINT_DIR, checkpoints.PREFIX)
+  rounds = [int(f[len(prefix):].split(os.sep)[0]) for f in files if f.startswith(prefix)
+            and f[len(prefix):].split(os.sep)[0].isdigit()]
+  return max(rounds, default=-1)
+
+
+def run_files(run_dir: str) -> list[str]:
+  """Every file under `run_dir`, relative to it."""
+  return [os.path.relpath(os.path.join(root, n), run_dir)
+          for root, _, names in os.walk(run_dir) for n in names]
+
+
+def run_or_continue(config, record_dir: Optional[str]) -> None:
+  """Runs `config` (an ExperimentConfig; `run_cell`), first unpacking a run parked in
+  `record_dir` that is further on than the one in `config.output_dir`; with a
+  `record_dir`, a run that stops before its end is parked there (its newest checkpoint
+  and `PARKED`)."""
+  from tff_pflego.training import checkpoints, driver
+  run = config.output_dir
+  if records.parked(record_dir):
+    parked_round = checkpoint_round(records.parked_files(record_dir))
+    if parked_round > checkpoint_round(run_files(run)):
+      print(f"  continuing the run parked in {record_dir} at round {parked_round}",
+            flush=True)
+      records.unpark(record_dir, run)
+  try:
+    run_cell(config)
+  finally:
+    stopped_at = checkpoint_round(run_files(run))
+    if record_dir and stopped_at >= 0 and not finished(run):
+      records.park(run, record_dir, PARKED + (os.path.join(
+          driver.CHECKPOINT_DIR, f"{checkpoints.PREFIX}{stopped_at}"),))
+      print(f"  stopped at round {stopped_at}: parked in "
+            f"{os.path.join(record_dir, records.UNFINISHED)}", flush=True)
+
+
+def source(run_dir: str, record_dir: Optional[str]) -> Optional[str]:
+  """The cell's finished run, else its record, else None (not finished)."""
+  for directory in (run_dir, record_dir):
+    if directory and finished(directory):
+      return directory
+  return None
 
 
 def run_figures(directory: str, window: int = WINDOW) -> dict:

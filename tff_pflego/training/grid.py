@@ -28,10 +28,10 @@ _TEXT_FIELDS = ("dataset", "degree", "algorithm", "run_dir", "varied")
 _INT_FIELDS = ("seed", "rounds", "paper_rounds")
 
 
-def _parse(row: dict[str, str]) -> dict:
+def _parse(row: dict[str, str], text_fields: Sequence[str] = ()) -> dict:
   parsed = {}
   for key, value in row.items():
-    if key in _TEXT_FIELDS:
+    if key in _TEXT_FIELDS or key in text_fields:
       parsed[key] = value
     elif value in ("", None):
       parsed[key] = None
@@ -42,12 +42,13 @@ def _parse(row: dict[str, str]) -> dict:
   return parsed
 
 
-def read_results(path: str) -> list[dict]:
-  """The rows of a grid's results.csv (numbers parsed; empty cells None), or []."""
+def read_results(path: str, text_fields: Sequence[str] = ()) -> list[dict]:
+  """The rows of a grid's results.csv (numbers parsed, but in the columns named by
+  `text_fields` and the grid's own text columns; empty cells None), or []."""
   if not os.path.exists(path):
     return []
   with open(path, newline="") as f:
-    return [_parse(row) for row in csv.DictReader(f)]
+    return [_parse(row, text_fields) for row in csv.DictReader(f)]
 
 
 def write_results(path: str, rows: Sequence[dict], fields: Sequence[str]) -> None:
