@@ -9,6 +9,14 @@ The evaluation's refit protocol is `--steps=tau-1 --starts=stored` (the steps a 
 client takes, at the client rate beta and with the run's head optimizer). Reads the run's
 latest checkpoint (refused if it belongs to another run); writes refit_probe.json into
 --run_dir and prints a table. Clients never sampled keep their initial heads.
+
+Staleness (issue #14 §0: why L(psi) with the stored heads rises): a client's head is
+refitted only in rounds that sample it, and the body moves in between. The run's seeded
+client sampler is replayed to the checkpoint's round (refused unless the replay ends in
+the checkpoint's own sampler state), giving each client's age, the rounds since it last
+reported; the clients are grouped by age and each group's mean L_i with the stored heads
+is set beside its mean after the tau - 1 step refit. Written to refit_probe.json
+("staleness") and drawn as refit_probe_staleness.png.
 """
 
 from __future__ import annotations
@@ -29,6 +37,76 @@ _STEPS = flags.DEFINE_list("steps", ["49"], "Head steps of each refit.")
 _STARTS = flags.DEFINE_list("starts", ["stored", "zero"],
                             "Where each refit starts: a client's stored head, or zero.")
 STARTS = ("stored", "zero")
+# Age groups (rounds since a client last reported; inclusive bounds, None: no upper).
+AGE_GROUPS = ((0, 0), (1, 4), (5, 9), (10, 19), (20, None))
+
+
+def last_reports(sampler, run):
+  """The round in which each client last reported (0: never), from `sampler` (the
+  run's, freshly seeded) replayed to the checkpoint `run` (a RunState). Raises
+  RuntimeFailure unless the replay ends in the sampler state the run saved. (A stored
+  state does not mean a report: evaluation stores every client's initial head.)"""
+  import numpy as np
+  from tff_pflego.errors import RuntimeFailure
+  last = np.zeros(sampler.num_clients, np.int64)
+  for round_num in range(1, run.round_num + 1):
+    last[sampler.sample()] = round_num
+  if sampler.state != run.sampler_state:
+    raise RuntimeFailure(f"the client sampler replayed for {run.round_num} rounds does "
+                         "not match the checkpoint: the run's sampling cannot be "
+                         "reconstructed")
+  return last
+
+
+def staleness(ages, table: dict) -> dict:
+  """Per age group (`AGE_GROUPS`; age -1, never sampled, apart): the clients, their
+  mean age, their mean L_i with the stored heads and after the refit, and their mean
+  test accuracy each way. `table`: a per-client evaluation with a refit."""
+  import numpy as np
+  groups = [(f"{low}" if low == high else f"{low}-{high}" if high is not None
+             else f">={low}", (ages >= low) & ((ages <= high) if high is not None else True))
+            for low, high in AGE_GROUPS] + [("never", ages < 0)]
+  rows = []
+  for label, members in groups:
+    if not members.any():
+      continue
+    rows.append(dict(
+        age=label, clients=int(members.sum()), mean_age=float(np.mean(ages[members])),
+        train_loss=float(np.mean(table["train_loss"][members])),
+        refit_train_loss=float(np.mean(table["refit_train_loss"][members])),
+        test_accuracy=float(np.mean(table["test_accuracy"][members])),
+        refit_test_accuracy=float(np.mean(table["refit_test_accuracy"][members]))))
+  return dict(ages=[int(a) for a in ages],
+              train_loss=[float(v) for v in table["train_loss"]],
+              refit_train_loss=[float(v) for v in table["refit_train_loss"]],
+              groups=rows)
+
+
+def plot_staleness(result: dict, path: str) -> None:
+  """Each client's L_i against its age: stored head, and after the refit."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  import numpy as np
+  stale = result["staleness"]
+  ages = np.array(stale["ages"])
+  seen = ages >= 0
+  fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
+  for key, label, color in (("train_loss", "stored head", "C3"),
+                            ("refit_train_loss", f"after {result['refit_steps']} head "
+                             "steps (refit)", "C0")):
+    values = np.array(stale[key])
+    ax.scatter(ages[seen], values[seen], s=14, alpha=0.6, color=color, label=label)
+    groups = [g for g in stale["groups"] if g["age"] != "never"]
+    ax.plot([g["mean_age"] for g in groups], [g[key] for g in groups], color=color, lw=2)
+  ax.set(yscale="log", xlabel="rounds since the client's head was last refitted (its "
+         "last report)", ylabel="client's train loss L_i",
+         title=f"{result['run_dir']}, round {result['round']}\nlines: the mean of "
+               "each age group")
+  ax.grid(alpha=0.3)
+  ax.legend()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
 
 
 def probe(run_dir: str, steps: list[int], starts: list[str]) -> dict:
@@ -49,21 +127,36 @@ def probe(run_dir: str, steps: list[int], starts: list[str]) -> dict:
     zero = [dict(s, head={k: np.zeros_like(v) for k, v in s["head"].items()})
             for s in stored]
     body = algorithm.body_weights(run.server_state)
-    results = {}
-    for count in steps:
+    results, tables = {}, {}
+    protocol_steps = config.local_steps - 1
+    for count in sorted(set(steps) | {protocol_steps}):
       refit = evaluation.HeadRefit(count, config.client_lr, config.head_optimizer)
       evaluate = driver.build_client_evaluation(algorithm, data, refit=refit)
-      for start in starts:
-        summary = evaluation.summarize(
-            evaluate(body, indices, stored if start == "stored" else zero))
-        result = dict(start=start, steps=count, train_loss=summary["train_loss_refit"],
-                      test_accuracy_mean=summary["test_accuracy_refit_mean"])
-        results[f"{start}/{count}"] = result
+      for start in starts if count in steps else ("stored",):
+        tables[start, count] = table = evaluate(
+            body, indices, stored if start == "stored" else zero)
+        if count not in steps:
+          continue
+        summary = evaluation.summarize(table)
+        row = dict(start=start, steps=count, train_loss=summary["train_loss_refit"],
+                   test_accuracy_mean=summary["test_accuracy_refit_mean"])
+        results[f"{start}/{count}"] = row
         print(f"  from {start:6s} heads, {count:5d} steps: L(psi) "
-              f"{result['train_loss']:.4f}, test accuracy "
-              f"{100 * result['test_accuracy_mean']:.2f} %")
-  return dict(run_dir=run_dir, round=run.round_num, client_lr=config.client_lr,
-              head_optimizer=config.head_optimizer, results=results)
+              f"{row['train_loss']:.4f}, test accuracy "
+              f"{100 * row['test_accuracy_mean']:.2f} %")
+    last = last_reports(prepared.sampler, run)
+  ages = np.where(last > 0, run.round_num - last, -1)
+  result = dict(run_dir=run_dir, round=run.round_num, client_lr=config.client_lr,
+                head_optimizer=config.head_optimizer, results=results,
+                refit_steps=protocol_steps,
+                staleness=staleness(ages, tables["stored", protocol_steps]))
+  print(f"  by rounds since the last report (stored head -> after {protocol_steps} head "
+        "steps):")
+  for group in result["staleness"]["groups"]:
+    print(f"    age {group['age']:>5s}: {group['clients']:4d} clients, L_i "
+          f"{group['train_loss']:.4f} -> {group['refit_train_loss']:.4f}, test accuracy "
+          f"{100 * group['test_accuracy']:.2f} -> {100 * group['refit_test_accuracy']:.2f} %")
+  return result
 
 
 def main(argv) -> None:
@@ -81,7 +174,8 @@ def main(argv) -> None:
   path = os.path.join(_RUN_DIR.value, "refit_probe.json")
   with open(path, "w") as f:
     json.dump(result, f, indent=2)
-  print(f"  wrote {path}")
+  plot_staleness(result, os.path.join(_RUN_DIR.value, "refit_probe_staleness.png"))
+  print(f"  wrote {path} and refit_probe_staleness.png")
 
 
 if __name__ == "__main__":
