@@ -16,7 +16,9 @@ client sampler is replayed to the checkpoint's round (refused unless the replay 
 the checkpoint's own sampler state), giving each client's age, the rounds since it last
 reported; the clients are grouped by age and each group's mean L_i with the stored heads
 is set beside its mean after the tau - 1 step refit. Written to refit_probe.json
-("staleness") and drawn as refit_probe_staleness.png.
+("staleness") and drawn as refit_probe_staleness.png. With Adam at the server, how far
+the body moved in the checkpoint's round ("server_step": per layer, the step relative
+to the round's rate and Adam's effective per-weight SGD rate; ||step|| / ||theta||).
 """
 
 from __future__ import annotations
@@ -82,6 +84,39 @@ def staleness(ages, table: dict) -> dict:
               groups=rows)
 
 
+def server_step(run, algorithm, config) -> dict | None:
+  """How far the body moved in the checkpoint's round, when the server runs Adam: per
+  layer, the step each weight took relative to that round's rate rho_t (median, the
+  fraction that moved at least 0.1 rho_t) and Adam's effective rate per weight
+  (`server_optimizers.adam_effective_rates`: the SGD rate that would have taken that
+  step); for the body, ||step|| / ||theta||. None for another server optimizer."""
+  import numpy as np
+  import tensorflow as tf
+  from tff_pflego.algorithms import server_optimizers
+  adam = server_optimizers.adam_state(getattr(run.server_state, "finalizer", None))
+  if adam is None or run.round_num < 1:
+    return None
+  rate = server_optimizers.rate_at(config, run.round_num - 1)
+  steps = server_optimizers.adam_last_step(adam, rate)
+  rates = server_optimizers.adam_effective_rates(adam, rate)
+  body = [np.asarray(w, np.float64)
+          for w in tf.nest.flatten(algorithm.body_weights(run.server_state))]
+  if [w.shape for w in body] != [s.shape for s in steps]:
+    return None  # weights the optimizer does not step one for one: not summarized
+
+  def stats(step, effective):
+    moved = np.abs(step) / rate
+    return dict(weights=int(step.size), median_step_over_rate=float(np.median(moved)),
+                fraction_at_least_tenth_rate=float(np.mean(moved >= 0.1)),
+                median_effective_rate=float(np.median(effective)))
+
+  whole = stats(np.concatenate([s.ravel() for s in steps]),
+                np.concatenate([r.ravel() for r in rates]))
+  norm = lambda arrays: float(np.sqrt(sum(np.sum(a ** 2) for a in arrays)))
+  return dict(rate=rate, body=whole | dict(relative_step=norm(steps) / norm(body)),
+              layers=[dict(shape=list(s.shape)) | stats(s, r) for s, r in zip(steps, rates)])
+
+
 def plot_staleness(result: dict, path: str) -> None:
   """Each client's L_i against its age: stored head, and after the refit."""
   import matplotlib
@@ -145,17 +180,27 @@ def probe(run_dir: str, steps: list[int], starts: list[str]) -> dict:
               f"{row['train_loss']:.4f}, test accuracy "
               f"{100 * row['test_accuracy_mean']:.2f} %")
     last = last_reports(prepared.sampler, run)
+    step = server_step(run, algorithm, prepared.algorithm_config)
   ages = np.where(last > 0, run.round_num - last, -1)
   result = dict(run_dir=run_dir, round=run.round_num, client_lr=config.client_lr,
                 head_optimizer=config.head_optimizer, results=results,
                 refit_steps=protocol_steps,
-                staleness=staleness(ages, tables["stored", protocol_steps]))
+                staleness=staleness(ages, tables["stored", protocol_steps]),
+                server_step=step)
   print(f"  by rounds since the last report (stored head -> after {protocol_steps} head "
         "steps):")
   for group in result["staleness"]["groups"]:
     print(f"    age {group['age']:>5s}: {group['clients']:4d} clients, L_i "
           f"{group['train_loss']:.4f} -> {group['refit_train_loss']:.4f}, test accuracy "
           f"{100 * group['test_accuracy']:.2f} -> {100 * group['refit_test_accuracy']:.2f} %")
+  if step is not None:
+    body = step["body"]
+    print(f"  the body's step in round {run.round_num} (Adam, rho_t = {step['rate']:.3g}): "
+          f"||step|| / ||theta|| = {body['relative_step']:.4f}; median |step| / rho_t "
+          f"{body['median_step_over_rate']:.4f}, at least 0.1 rho_t in "
+          f"{100 * body['fraction_at_least_tenth_rate']:.1f} % of the weights; per layer, "
+          "median effective SGD rate: " + ", ".join(
+              f"{layer['median_effective_rate']:.3g}" for layer in step["layers"]))
   return result
 
 

@@ -1,4 +1,5 @@
-"""binaries/refit_probe.py: its protocol row is the run's own last refit evaluation."""
+"""binaries/refit_probe.py: its protocol row is the run's own last refit evaluation; its
+clients' ages and Adam's last step against what the run's checkpoints hold."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import subprocess
 import sys
 
 import numpy as np
+import tensorflow as tf
 
 from tests.helpers import ENV, REPO, tiny_run
+from tff_pflego.algorithms import server_optimizers
 from tff_pflego.training.release import read_rows
 
 PROBE = [sys.executable, os.path.join(REPO, "binaries", "refit_probe.py")]
@@ -47,9 +50,11 @@ def test_refit_probe_refuses_a_directory_without_a_run(tmp_path):
   assert len(errors) == 1 and "holds no run" in errors[0] and "Traceback" not in probe.stderr
 
 
-def _heads_by_round(run: str, rounds: int, tmp_path) -> list[dict]:
-  """Every client's head kernel (client -> kernel) before round 1 (its initial head) and
-  at the run's checkpoint of each round 1..`rounds`, each checkpoint read alone."""
+def _checkpoints(run: str, rounds: int, tmp_path):
+  """Before round 1 and at the run's checkpoint of each round 1..`rounds` (each read
+  alone): every client's head kernel (client -> kernel; before round 1 its initial
+  head), and the checkpoint itself (None before round 1); and the run's algorithm and
+  settings."""
   from tff_pflego import experiment, runtime
   from tff_pflego.training import checkpoints, driver
   config = experiment.load_run_config(run)
@@ -59,6 +64,7 @@ def _heads_by_round(run: str, rounds: int, tmp_path) -> list[dict]:
     algorithm = experiment.training_algorithm(config.algorithm, prepared.algorithm_config)
     heads = [{i: algorithm.initial_client_state(i, int(data.num_classes[i]))["head"]
               ["kernel"] for i in range(data.num_clients)}]
+    states = [None]
     for round_num in range(1, rounds + 1):
       name = f"{checkpoints.PREFIX}{round_num}"
       copy = tmp_path / f"at_round_{round_num}"
@@ -69,7 +75,8 @@ def _heads_by_round(run: str, rounds: int, tmp_path) -> list[dict]:
       assert state.round_num == round_num
       heads.append(heads[-1] | {i: s["head"]["kernel"]
                                 for i, s in state.client_states.items()})
-  return heads
+      states.append(state)
+  return heads, states, algorithm, prepared.algorithm_config
 
 
 def test_staleness_ages_are_the_rounds_since_each_clients_last_report(prepared, tmp_path):
@@ -87,7 +94,8 @@ def test_staleness_ages_are_the_rounds_since_each_clients_last_report(prepared, 
     stale = json.load(f)["staleness"]
   assert os.path.exists(os.path.join(run, "refit_probe_staleness.png"))
 
-  heads, last = _heads_by_round(run, rounds, tmp_path), {}
+  heads, checkpoints, algorithm, settings = _checkpoints(run, rounds, tmp_path)
+  last = {}
   for round_num in range(1, rounds + 1):
     for client, kernel in heads[round_num].items():
       if not np.array_equal(kernel, heads[round_num - 1][client]):
@@ -100,3 +108,15 @@ def test_staleness_ages_are_the_rounds_since_each_clients_last_report(prepared, 
     evaluated = [float(row["train_loss"]) for row in csv.DictReader(f)]
   np.testing.assert_allclose(stale["train_loss"], evaluated, rtol=1e-5)
   assert sum(g["clients"] for g in stale["groups"]) == 5
+
+  # Adam's last step, from the state after it, against the body's change in that round.
+  for round_num in (2, 3):
+    state = checkpoints[round_num].server_state
+    steps = server_optimizers.adam_last_step(
+        server_optimizers.adam_state(state.finalizer),
+        server_optimizers.rate_at(settings, round_num - 1))
+    before, after = (tf.nest.flatten(algorithm.body_weights(c.server_state))
+                     for c in checkpoints[round_num - 1:round_num + 1])
+    for step, old, new in zip(steps, before, after):
+      np.testing.assert_allclose(np.asarray(new, np.float64) - old, step, atol=2e-8)
+    assert max(np.abs(s).max() for s in steps) > 1e-4  # the body moved

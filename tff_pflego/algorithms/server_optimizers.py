@@ -4,8 +4,9 @@ with an optional learning-rate schedule over the run's rounds."""
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable, Mapping, Optional
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -54,3 +55,41 @@ def from_config(config) -> tff.learning.optimizers.Optimizer:
   return build_server_optimizer(config.server_optimizer, config.server_lr,
                                 config.server_lr_schedule,
                                 config.server_lr_final_fraction, config.schedule_rounds)
+
+
+def rate_at(config, step: int) -> float:
+  """The rate of server step `step` (0: round 1) of an `AlgorithmConfig`'s optimizer."""
+  if config.server_lr_schedule == "constant":
+    return float(config.server_lr)
+  return float(cosine_rate(config.server_lr, config.server_lr_final_fraction,
+                           config.schedule_rounds)(step))
+
+
+def adam_state(finalizer_state: Any) -> Optional[Mapping]:
+  """Adam's state (`build_adam`) inside a finalizer's state, scheduled or not; None
+  for any other optimizer's."""
+  if not isinstance(finalizer_state, Mapping):
+    return None
+  state = finalizer_state.get("optimizer", finalizer_state)
+  return state if isinstance(state, Mapping) and "preconditioner" in state else None
+
+
+def adam_effective_rates(state: Mapping, learning_rate: float) -> list[np.ndarray]:
+  """Per weight, the rate at which Adam's last update moved it along its first moment
+  m (an SGD step on m at this rate is Adam's step), from Adam's state after that update
+  (`build_adam`, Keras semantics; t = its step count, v its second moment):
+  rho sqrt(1 - beta_2^t) / (1 - beta_1^t) / (sqrt(v) + eps), `learning_rate` the rate
+  rho that update used (`rate_at(config, t - 1)`)."""
+  t = float(np.asarray(state["step"]))
+  beta_1, beta_2, epsilon = (float(np.asarray(state[k]))
+                             for k in ("beta_1", "beta_2", "epsilon"))
+  scale = learning_rate * math.sqrt(1.0 - beta_2 ** t) / (1.0 - beta_1 ** t)
+  return [scale / (np.sqrt(np.asarray(v, np.float64)) + epsilon)
+          for v in tf.nest.flatten(state["preconditioner"])]
+
+
+def adam_last_step(state: Mapping, learning_rate: float) -> list[np.ndarray]:
+  """What Adam's last update added to each weight tensor: -(effective rate) * m
+  (`adam_effective_rates`)."""
+  return [-rate * np.asarray(m, np.float64) for rate, m in zip(
+      adam_effective_rates(state, learning_rate), tf.nest.flatten(state["accumulator"]))]
