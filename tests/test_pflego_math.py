@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import types
 
 import numpy as np
 import pytest
@@ -198,6 +199,31 @@ def test_cosine_server_rate_matches_its_closed_form_step_by_step(name):
       ref = ref - rate * np.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t) * m / (np.sqrt(v) + 1e-7)
     np.testing.assert_allclose(ours[0], ref, rtol=1e-6, atol=1e-6)
   assert rate == pytest.approx(fraction * RHO)
+
+
+@pytest.mark.parametrize("schedule", ["constant", "cosine"])
+def test_adams_last_step_is_read_back_from_its_state(schedule):
+  """`adam_last_step` of the state after each of five updates (its rate from
+  `rate_at`) is the change those updates made to the weights; SGD has no Adam state."""
+  rng = np.random.default_rng(11)
+  settings = types.SimpleNamespace(server_optimizer="adam", server_lr=RHO,
+                                   server_lr_schedule=schedule,
+                                   server_lr_final_fraction=0.25, schedule_rounds=4)
+  optimizer = server_optimizers.from_config(settings)
+  specs = [tf.TensorSpec((3, 4), tf.float32), tf.TensorSpec((2,), tf.float32)]
+  opt_state = optimizer.initialize(specs)
+  weights = [tf.constant(rng.normal(size=s.shape).astype(np.float32)) for s in specs]
+  for t in range(1, 6):
+    gradients = [tf.constant(rng.normal(size=s.shape).astype(np.float32)) for s in specs]
+    opt_state, new = optimizer.next(opt_state, weights, gradients)
+    steps = server_optimizers.adam_last_step(server_optimizers.adam_state(opt_state),
+                                             server_optimizers.rate_at(settings, t - 1))
+    for step, old, now in zip(steps, weights, new):
+      # rtol: TF evaluates the bias correction in float32, where 1 - 0.999^t cancels.
+      np.testing.assert_allclose(np.float64(now) - np.float64(old), step, rtol=1e-4)
+    weights = new
+  sgd = server_optimizers.build_server_optimizer("sgd", RHO, schedule, 0.25, 4)
+  assert server_optimizers.adam_state(sgd.initialize(specs)) is None
 
 
 def test_a_constant_server_rate_is_the_unscheduled_optimizer():
