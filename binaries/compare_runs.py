@@ -23,7 +23,8 @@ import numpy as np
 
 from tff_pflego.errors import UserError
 
-_RUNS = flags.DEFINE_list("runs", None, "Run directories (--output_dir).", required=True)
+_RUNS = flags.DEFINE_list("runs", None, "Run directories (--output_dir), or their "
+                          "records (docs/runs/..., docs/ablations/...).", required=True)
 _LABELS = flags.DEFINE_list("labels", None, "A label per run (default: the directory).")
 _OUTPUT = flags.DEFINE_string("output", "runs/compare", "Output path without extension.")
 _TITLE = flags.DEFINE_string("title", "", "Figure title.")
@@ -36,7 +37,7 @@ def run_curves(run_dir: str) -> dict[str, list[float]]:
   from tff_pflego.training.release import read_rows
   paths = {name: os.path.join(run_dir, name) for name in ("metrics.csv", "rounds.csv")}
   for path in paths.values():
-    if not os.path.exists(path):
+    if not (os.path.exists(path) or os.path.exists(path + ".gz")):  # a run, or its record
       raise UserError(f"--runs: {run_dir} holds no run ({path} is missing)")
   evals = read_rows(paths["metrics.csv"])
   rounds = read_rows(paths["rounds.csv"])
