@@ -89,7 +89,8 @@ def server_step(run, algorithm, config) -> dict | None:
   layer, the step each weight took relative to that round's rate rho_t (median, the
   fraction that moved at least 0.1 rho_t) and Adam's effective rate per weight
   (`server_optimizers.adam_effective_rates`: the SGD rate that would have taken that
-  step); for the body, ||step|| / ||theta||. None for another server optimizer."""
+  step); for the body, ||step|| / ||theta||. None for another server optimizer, and
+  (printed) when the optimizer steps other weights than the body's."""
   import numpy as np
   import tensorflow as tf
   from tff_pflego.algorithms import server_optimizers
@@ -102,7 +103,10 @@ def server_step(run, algorithm, config) -> dict | None:
   body = [np.asarray(w, np.float64)
           for w in tf.nest.flatten(algorithm.body_weights(run.server_state))]
   if [w.shape for w in body] != [s.shape for s in steps]:
-    return None  # weights the optimizer does not step one for one: not summarized
+    print(f"  the body's step is not summarized: the server optimizer steps "
+          f"{[list(s.shape) for s in steps]}, not the body's "
+          f"{[list(w.shape) for w in body]}", flush=True)
+    return None
 
   def stats(step, effective):
     moved = np.abs(step) / rate

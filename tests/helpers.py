@@ -18,6 +18,7 @@ import psutil
 import tensorflow as tf
 
 from tff_pflego import settings
+from tff_pflego.config import LOCAL_MOMENTUM
 from tff_pflego.algorithms import pflego
 from tff_pflego.algorithms.model_types import initial_client_state
 from tff_pflego.models import build_body
@@ -112,13 +113,15 @@ def algorithm_config(**overrides):
   values for the ones derived at run time, then `overrides`."""
   values = dict(body="mlp", image_shape=IMAGE_SHAPE, max_classes=3, total_examples=10,
                 participation_prob=1.0, local_steps=2, client_lr=0.1, server_lr=0.1,
-                server_optimizer="sgd", prox_mu=0.25)
+                server_optimizer="sgd", prox_mu=0.25, momentum=0.0)
   return settings.algorithm_config(**values | overrides)
 
 
 def plan(name: str, local_steps: int, client_lr: float, **overrides):
-  """The AveragingPlan of baseline `name` (its module's `plan`)."""
+  """The AveragingPlan of baseline `name` (its module's `plan`), with its default
+  local momentum unless `overrides` say otherwise."""
   module = importlib.import_module(f"tff_pflego.algorithms.{name}")
+  overrides = dict(momentum=LOCAL_MOMENTUM.get(name, 0.0)) | overrides
   return module.plan(algorithm_config(local_steps=local_steps, client_lr=client_lr,
                                       **overrides))
 

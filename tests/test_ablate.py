@@ -48,7 +48,7 @@ def test_a_study_runs_each_point_with_the_papers_other_settings(prepared, tmp_pa
   with open(os.path.join(study, "results.md")) as f:
     table = f.read()
   for r in POINTS:
-    run_dir = os.path.join(study, "pflego", f"clients_per_round={r},num_clients=5", "seed0")
+    run_dir = os.path.join(study, "pflego", f"clients_per_round={r}+num_clients=5", "seed0")
     rounds = read_rows(os.path.join(run_dir, "rounds.csv"))
     assert [row["num_selected"] for row in rounds] == [r] * 3  # the value reached the run
     with open(os.path.join(run_dir, "config.json")) as f:
@@ -129,7 +129,7 @@ def test_a_choice_is_varied_and_the_study_outlives_its_runs(prepared, tmp_path):
   assert sorted(rows) == ["constant", "cosine"]
   losses = {}
   for schedule in ("constant", "cosine"):
-    where = os.path.join("pflego", f"server_lr_schedule={schedule},num_clients=5", "seed0")
+    where = os.path.join("pflego", f"server_lr_schedule={schedule}+num_clients=5", "seed0")
     run_dir, record = os.path.join(study, where), os.path.join(
         str(docs), "ablations", "server_rate", "fashion_mnist_high_T3", where)
     with open(os.path.join(run_dir, "config.json")) as f:

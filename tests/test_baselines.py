@@ -148,6 +148,65 @@ def test_fedbabu_head_is_fixed_and_fedrep_phases_touch_one_part_each():
   np.testing.assert_array_equal(after["head"]["kernel"], states[0]["head"]["kernel"])
 
 
+def _keras_heavy_ball(model, variables, x, y, steps, lr, momentum):
+  """`steps` heavy-ball steps m <- momentum m + g, v <- v - lr m (m = 0 first) on
+  `variables` of a plain Keras model, in float64 numpy."""
+  values = [v.numpy().astype(np.float64) for v in variables]
+  velocity = [np.zeros_like(v) for v in values]
+  for _ in range(steps):
+    with tf.GradientTape() as tape:
+      loss = helpers.loss_fn(model, x, y)
+    grads = tape.gradient(loss, variables)
+    velocity = [momentum * m + g.numpy() for m, g in zip(velocity, grads)]
+    values = [v - lr * m for v, m in zip(values, velocity)]
+    for variable, value in zip(variables, values):
+      variable.assign(value.astype(np.float32))
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.6])
+def test_fedrep_round_is_head_then_body_heavy_ball_steps(momentum):
+  """FedRep with `momentum`: tau - s head steps, then s body steps, each phase a
+  heavy-ball run from m = 0 (the reference code's optimizers, restarted per round)."""
+  (x, y), = helpers.synthetic_clients((9,), (K,), seed=12)
+  states = helpers.client_states((K,), K, seed=4)
+  body_steps = 2
+  process = _process(helpers.plan("fedrep", TAU + 2, LR, body_steps=body_steps,
+                                  momentum=momentum))
+  state = process.initialize()
+  theta = list(state.model.trainable)
+  new_state, (after,), _ = process.next(state, [helpers.as_dataset(x, y)], states)
+  model = helpers.keras_model(theta, states[0]["head"], K)
+  head, body = model.layers[-1].trainable_variables, model.layers[0].trainable_variables
+  _keras_heavy_ball(model, head, x, y, TAU + 2 - body_steps, LR, momentum)
+  plain_head = head[0].numpy().copy()
+  _keras_heavy_ball(model, body, x, y, body_steps, LR, momentum)
+  np.testing.assert_allclose(after["head"]["kernel"][:, :K], head[0].numpy(), rtol=1e-5,
+                             atol=1e-6)
+  for got, want in zip(new_state.model.trainable, body):  # one client: its body
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
+  if momentum:  # the momentum matters here (the test can fail)
+    gd = helpers.keras_model(theta, states[0]["head"], K)
+    _keras_heavy_ball(gd, gd.layers[-1].trainable_variables, x, y,
+                      TAU + 2 - body_steps, LR, 0.0)
+    assert not np.allclose(gd.layers[-1].kernel.numpy(), plain_head, atol=1e-4)
+
+
+def test_fedbabu_body_takes_heavy_ball_steps_at_its_default_momentum():
+  (x, y), = helpers.synthetic_clients((7,), (K,), seed=13)
+  fixed = fedbabu.orthogonal_head(200, K, seed=0)
+  states = [dict(helpers.client_states((K,), K)[0], head=fixed)]
+  plan = helpers.plan("fedbabu", TAU, LR)
+  assert plan.phases[0].momentum == 0.9  # config.LOCAL_MOMENTUM, via helpers.plan
+  process = _process(plan)
+  state = process.initialize()
+  theta = list(state.model.trainable)
+  new_state, _, _ = process.next(state, [helpers.as_dataset(x, y)], states)
+  model = helpers.keras_model(theta, fixed, K)
+  _keras_heavy_ball(model, model.layers[0].trainable_variables, x, y, 5, LR, 0.9)
+  for got, want in zip(new_state.model.trainable, model.layers[0].trainable_variables):
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("name", ["fedavg", "fedper"])
 def test_local_evaluation_scores_the_locally_trained_model(name):
   """The reference code's protocol: the client's test loss right after its tau steps."""

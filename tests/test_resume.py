@@ -120,3 +120,21 @@ def test_same_command_on_a_finished_run_says_it_is_complete(prepared, straight):
       f"run already complete ({ROUNDS} rounds) in {out}: nothing to do; --overwrite to "
       "start again")
   assert {name: (out / name).read_bytes() for name in before} == before
+
+
+def test_a_fingerprint_holds_the_settings_the_algorithm_trains_with():
+  """A checkpoint's fingerprint leaves out what the algorithm ignores, so checkpoints
+  written before a setting existed (or mattered) still resume, and keeps what it uses,
+  so a run with another value refuses the checkpoint."""
+  import dataclasses
+  from tests import helpers
+  from tff_pflego.experiment import training_settings
+  before = helpers.algorithm_config(momentum=0.9)  # every fingerprint held 0.9 once
+  assert "momentum" not in training_settings(before, "pflego")
+  assert "momentum" not in training_settings(before, "ditto")
+  assert training_settings(before, "fedbabu")["momentum"] == 0.9
+  fedrep = dataclasses.replace(before, momentum=0.5)
+  assert training_settings(fedrep, "fedrep")["momentum"] == 0.5
+  assert "server_lr_schedule" not in training_settings(before, "pflego")
+  cosine = dataclasses.replace(before, server_lr_schedule="cosine", schedule_rounds=9)
+  assert training_settings(cosine, "pflego")["schedule_rounds"] == 9

@@ -23,6 +23,7 @@ class Hyperparameters:
   server_lr: float  # rho
   server_optimizer: str = "adam"
   prox_mu: float = 0.25  # FedProx's mu; Ditto's mu (.25 / .5 / 1.0 by degree)
+  momentum: float = 0.0  # heavy-ball momentum of the local steps (LOCAL_MOMENTUM)
 
 
 # (beta, rho) for PFLEGO per dataset and degree (high, medium, none).
@@ -49,6 +50,11 @@ _BASELINE_RATE_EXCEPTIONS = {
 # --ascd_p_w=0.01 (binaries/compare_ascd_pfl.py, docs/ascd_pfl/results.md).
 _ASCD_RATES = (0.0003, 0.03)
 _DITTO_MU = {"high": 0.25, "medium": 0.5, "none": 1.0}
+# The algorithms whose local steps take heavy-ball momentum (`--momentum`), and its
+# default: FedBabu's body steps 0.9 (the spec; the reference code's mass); FedRep's head
+# and body steps 0, plain GD (the reference code's `--momentum` default; the paper does
+# not report the value it ran). Every other algorithm ignores `--momentum`.
+LOCAL_MOMENTUM = {"fedbabu": 0.9, "fedrep": 0.0}
 PERSONALIZATIONS = ("high", "medium", "none")
 
 # The paper's Table 1 (Fashion-MNIST, spec section 6), in percent, by degree.
@@ -100,10 +106,11 @@ def paper_defaults(dataset: str, algorithm: str, personalization: str) -> Hyperp
         (dataset, algorithm, personalization), _BASELINE_RATE)
     rho, optimizer = 1.0, "sgd"
   mu = _DITTO_MU[personalization] if algorithm == "ditto" else 0.25
+  momentum = LOCAL_MOMENTUM.get(algorithm, 0.0)
   if dataset == "omniglot":
     return Hyperparameters(num_clients=50, clients_per_round=10, rounds=5000,
                            local_steps=50, client_lr=beta, server_lr=rho,
-                           server_optimizer=optimizer, prox_mu=mu)
+                           server_optimizer=optimizer, prox_mu=mu, momentum=momentum)
   return Hyperparameters(num_clients=100, clients_per_round=20, rounds=200,
                          local_steps=50, client_lr=beta, server_lr=rho,
-                         server_optimizer=optimizer, prox_mu=mu)
+                         server_optimizer=optimizer, prox_mu=mu, momentum=momentum)

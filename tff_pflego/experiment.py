@@ -74,7 +74,7 @@ class ExperimentConfig:
   export_dir: Optional[str] = _setting("export_dir")
   prox_mu: Optional[float] = _setting("prox_mu")
   body_steps: int = _setting("body_steps")
-  momentum: float = _setting("momentum")
+  momentum: Optional[float] = _setting("momentum")
   ascd_p_w: float = _setting("ascd_p_w")
   ascd_momentum: float = _setting("ascd_momentum")
   ascd_z_step: float = _setting("ascd_z_step")
@@ -96,7 +96,7 @@ def resolve(config: ExperimentConfig) -> ExperimentConfig:
            f"{file_partition.num_clients} clients")
     c.num_clients = file_partition.num_clients
   for field in ("num_clients", "rounds", "local_steps", "client_lr", "server_lr",
-                "server_optimizer", "prox_mu"):
+                "server_optimizer", "prox_mu", "momentum"):
     if getattr(c, field) is None:
       setattr(c, field, getattr(defaults, field))
   if c.clients_per_round is None and c.participation_prob is None:
@@ -233,11 +233,15 @@ class Prepared:
 _SCHEDULE_FIELDS = ("server_lr_schedule", "server_lr_final_fraction", "schedule_rounds")
 
 
-def training_settings(config: AlgorithmConfig) -> dict:
-  """The settings training depends on (local evaluation only adds metrics). A constant
-  server rate leaves the schedule's fields out, so that checkpoints written before the
-  schedule existed keep their fingerprint and resume."""
-  settings = {k: v for k, v in dataclasses.asdict(config).items() if k != "sampled_eval"}
+def training_settings(config: AlgorithmConfig, algorithm: str) -> dict:
+  """The settings `algorithm` depends on in training (local evaluation only adds
+  metrics). A constant server rate leaves the schedule's fields out, so that
+  checkpoints written before the schedule existed keep their fingerprint and resume;
+  so does the local momentum of an algorithm that ignores it (written as 0.9 before
+  FedRep took it)."""
+  ignored = {"sampled_eval"} | (
+      set() if algorithm in config_lib.LOCAL_MOMENTUM else {"momentum"})
+  settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in ignored}
   if config.server_lr_schedule == "constant":
     settings = {k: v for k, v in settings.items() if k not in _SCHEDULE_FIELDS}
   return settings
@@ -293,7 +297,7 @@ def prepare(c: ExperimentConfig) -> Prepared:
                      participation_prob_flag=c.participation_prob,
                      dropout_prob=c.dropout_prob,
                      data_fingerprint=data.provenance["partition_fingerprint"],
-                     ) | training_settings(algorithm_config)
+                     ) | training_settings(algorithm_config, c.algorithm)
   return Prepared(data, sampler, algorithm_config, fingerprint)
 
 

@@ -194,8 +194,11 @@ def _settings() -> tuple[Setting, ...]:
       Setting("body_steps", int, 5,
               "FedRep: body-only steps after tau - body_steps head-only steps; FedBabu: "
               "body steps per round.", minimum=1),
-      Setting("momentum", float, 0.9, "FedBabu: local heavy-ball momentum.",
-              minimum=0, below=1),
+      Setting("momentum", float, None,
+              "Heavy-ball momentum of the local steps (m <- momentum m + grad, restarted "
+              "at 0 in every round and phase): FedBabu's body steps (default 0.9) and "
+              "FedRep's head and body steps (default 0: plain GD, as the reference "
+              "code's default). Other algorithms ignore it.", minimum=0, below=1),
       Setting("ascd_p_w", float, 0.01,
               "ASCD-PFL: probability of a body iteration; a round is K ~ Geometric(p_w) "
               "- 1 head iterations, then one body iteration (a communication). Default: "

@@ -42,7 +42,7 @@ class AlgorithmConfig:
   seed: int
   prox_mu: float  # FedProx's and Ditto's mu
   body_steps: int  # FedRep's body-only steps, FedBabu's body steps
-  momentum: float  # FedBabu's heavy-ball momentum
+  momentum: float  # FedBabu's and FedRep's local heavy-ball momentum
   ascd_p_w: float  # ASCD-PFL: the body's probability
   ascd_momentum: float  # ASCD-PFL: c in x = c z + (1 - c) y
   ascd_z_step: float  # ASCD-PFL: gamma / eta

@@ -45,6 +45,8 @@ class LocalPhase:
       raise ValueError(f"a phase trains one of {PARTS}, got {self.trains!r}")
     if self.steps < 0:
       raise ValueError(f"steps must be >= 0, got {self.steps}")
+    if self.momentum is None or not 0 <= self.momentum < 1:
+      raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
 
 
 def gradient_descent(loss_fn: Callable[[], tf.Tensor], variables: Sequence[tf.Variable],
