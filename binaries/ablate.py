@@ -59,7 +59,7 @@ from absl import flags
 import numpy as np
 
 from tff_pflego import records
-from tff_pflego.config import PERSONALIZATIONS
+from tff_pflego.config import PAPER_ACCURACY, PERSONALIZATIONS
 from tff_pflego.errors import UserError
 from tff_pflego.training import cells
 from tff_pflego.training import grid
@@ -383,6 +383,12 @@ def plot(plan: Plan, rows: list[dict]) -> None:
           ax.set_xticks([position[v] for v in first_values],
                         [value_text(v) for v in first_values])
           ax.grid(alpha=0.3)
+      for algorithm in [panel] if panel else plan.algorithms:
+        paper = PAPER_ACCURACY.get((plan.dataset, algorithm, plan.degree))
+        for row, (metric, _) in enumerate(quantities[:2] if paper else ()):
+          # The paper's table figure, on both accuracy panels (its protocol: sampled).
+          axes[row][column].axhline(100 * paper, ls="--", lw=1, color="0.4",
+                                    label=f"paper: {algorithm} {100 * paper:.2f}")
       axes[0][column].set_title(panel or "")
       axes[-1][column].set_xlabel(first_name)
       if axes[0][column].get_legend_handles_labels()[0]:

@@ -82,13 +82,13 @@ MARGIN = 0.015  # a cell more than 1.5 points off the paper's value gets a note
 # Why a cell lies far from the paper's value, where we know.
 _FEDREP_AT_007 = (
     "not the rate: this cell runs at beta = .007 already (the spec's .003 is for High "
-    "only), and `train.py --algorithm=fedrep --client_lr=0.007` at Medium gave the same "
-    "83.85 all / 84.41 sampled, the cell's own numbers (2026-11-25). FedRep is still "
-    "learning at round 200 (its test loss falling at every evaluation); more of its 50 "
-    "local steps on the body "
-    "help but close little of the gap: at None `--body_steps=25` (spec: 5) gives 71.04 "
-    "all / 71.43 sampled against 68.66 / 69.11 (seed 0, measured). The rest is not "
-    "explained yet.")
+    "only; `--client_lr=0.007` at Medium gives the cell's own 83.85 / 84.41). It is the "
+    "local optimizer: the reference code's FedRep takes heavy-ball steps (its "
+    "`--momentum`, value not reported), ours plain GD by default. Measured at None "
+    "(seed 0, `ablate.py --study=fedrep_local`, docs/ablation_fedrep_local_"
+    "fashion_mnist_none.md): `--momentum=0.5` gives 74.87 all / 75.12 sampled, "
+    "`--momentum=0.9` 80.48 / 80.53, 1.3 above the paper, with the spec's 5 body steps "
+    "(plain GD: 68.66 / 69.11). Medium with momentum is not measured.")
 NOTES = {
     ("fedavg", "all"): "FedAvg's one shared head cannot serve clients whose local label "
                        "0 means different classes (labels are re-indexed per client); the "
