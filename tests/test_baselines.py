@@ -182,6 +182,8 @@ def test_fedrep_round_is_head_then_body_heavy_ball_steps(momentum):
   _keras_heavy_ball(model, body, x, y, body_steps, LR, momentum)
   np.testing.assert_allclose(after["head"]["kernel"][:, :K], head[0].numpy(), rtol=1e-5,
                              atol=1e-6)
+  np.testing.assert_allclose(after["head"]["bias"][:K], head[1].numpy(), rtol=1e-5,
+                             atol=1e-6)
   for got, want in zip(new_state.model.trainable, body):  # one client: its body
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
   if momentum:  # the momentum matters here (the test can fail)

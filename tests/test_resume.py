@@ -5,6 +5,7 @@ finished run says so and changes nothing."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import re
@@ -16,7 +17,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import helpers
 from tests.helpers import ENV, TIMING_COLUMNS, tiny_run
+from tff_pflego.experiment import training_settings
 
 ROUNDS = 6
 
@@ -126,9 +129,6 @@ def test_a_fingerprint_holds_the_settings_the_algorithm_trains_with():
   """A checkpoint's fingerprint leaves out what the algorithm ignores, so checkpoints
   written before a setting existed (or mattered) still resume, and keeps what it uses,
   so a run with another value refuses the checkpoint."""
-  import dataclasses
-  from tests import helpers
-  from tff_pflego.experiment import training_settings
   before = helpers.algorithm_config(momentum=0.9)  # every fingerprint held 0.9 once
   assert "momentum" not in training_settings(before, "pflego")
   assert "momentum" not in training_settings(before, "ditto")
