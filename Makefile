@@ -75,6 +75,10 @@ reproduce: setup
 	$(REPRODUCE) --datasets=fashion_mnist --degrees=medium,none --algorithms=pflego \
 	    --seeds=1,2,3,4 $(GO_ON); \
 	$(REPRODUCE) --datasets=mnist --degrees=high --algorithms=fedrecon --seeds=1,2,3,4 $(GO_ON); \
+	$(REPRODUCE) --datasets=mnist --degrees=medium --algorithms=fedrecon --seeds=1,2,3,4 $(GO_ON); \
+	$(REPRODUCE) --datasets=mnist --degrees=none --algorithms=fedavg --seeds=1,2,3,4 $(GO_ON); \
+	$(REPRODUCE) --datasets=fashion_mnist --degrees=high --algorithms=pflego \
+	    --seeds=1,2,3,4 $(GO_ON); \
 	$(REPRODUCE) --datasets=emnist_letters --algorithms=pflego $(GO_ON); \
 	$(REPRODUCE) --datasets=fashion_mnist \
 	    --algorithms=pflego,fedavg,fedper,fedprox,fedrep,fedbabu,ditto,fedrecon $(GO_ON); \

@@ -4,7 +4,7 @@ r"""Client cost per round: PFLEGO vs FedAvg vs FedPer, the same clients, side by
 
 For each body (MLP on Fashion-MNIST High-Pers; Conv4 on Omniglot), one sampler draws
 each round's clients and every algorithm runs a round on exactly those clients (tau =
-50, the paper's rates), interleaved, in one process. Per client
+50, the paper's rates), interleaved (but with `--round_runtimes=sequential`). Per client
 and round it records the compute time measured inside the client computation
 (`client_compute_s`: from its data being in memory to the end; `client_time_s` also
 counts reading the data from the simulation's files, a cost both pay alike) and the
@@ -14,15 +14,18 @@ the goal is >= 12. The round wall time (clients in parallel, what a user waits f
 is measured with each algorithm in its own TFF worker, as a user runs one algorithm
 (`--round_runtimes=own`, the headline), and with all of them in one worker
 (`shared`: each algorithm's round then also pays for the others' graphs and memory in
-that process); the rounds alternate between the algorithms either way. Writes benchmark_cost.json and benchmark_cost.png, and with Conv4
-round times table3.md / table3.png: the paper's Table 3 (seconds per Omniglot round)
-beside ours.
-Table 3 alone, every algorithm, each in its own worker (on Omniglot with the spec's
-rotations about 1.1 h on 2 cores with one timed round, projected from the 99 s
-FedAvg round without them, which the rotations make ~4x):
+that process); the rounds alternate between the algorithms in both. Writes
+benchmark_cost.json and benchmark_cost.png, and with Conv4 round times table3.md /
+table3.png: the paper's Table 3 (seconds per Omniglot round) beside ours.
+Table 3 alone, every algorithm, each in its own worker, one after the other (eight
+Conv4 workers alive at once hold ~4 GB each on Omniglot with the spec's rotations,
+more than 24 GB: the kernel killed one on 2026-11-26); about 1.1 h on 2 cores with one
+timed round, projected from the 99 s FedAvg round without them, which the rotations
+make ~4x:
 
   python binaries/benchmark_cost.py --output_dir=runs/table3 --mlp_rounds=0 \
-      --mlp_round_rounds=0 --conv4_rounds=0 --conv4_round_rounds=1 --round_runtimes=own \
+      --mlp_round_rounds=0 --conv4_rounds=0 --conv4_round_rounds=1 \
+      --round_runtimes=sequential \
       --algorithms=pflego,fedavg,fedper,fedprox,fedrep,fedbabu,ditto,fedrecon
 """
 
@@ -35,7 +38,7 @@ import contextlib
 import os
 import json
 import time
-from typing import Iterator, Optional
+from typing import Optional
 
 from absl import flags
 import numpy as np
@@ -59,8 +62,12 @@ _ROUND_RUNTIMES = flags.DEFINE_list(
     "round_runtimes", ["own", "shared"],
     "How the rounds with clients in parallel (P1, Table 3) are run: 'own', each "
     "algorithm in its own TFF worker as a user runs it, rounds still alternating on "
-    "the same clients; 'shared', all algorithms in one worker. The first listed is "
-    "the headline; each listed is measured and saved.")
+    "the same clients (every worker alive at once); 'shared', all algorithms in one "
+    "worker; 'sequential', each in its own worker, one algorithm's rounds after the "
+    "other's on the same clients, one worker alive at a time (for bodies whose "
+    "workers do not fit in memory together: ~4 GB each for Conv4 on Omniglot with "
+    "the rotations). The first listed is the headline; each listed is measured and "
+    "saved.")
 _ONE_CLIENT_AT_A_TIME = flags.DEFINE_bool(
     "one_client_at_a_time", True,
     "Run one client's computation at a time, so that each client's time is its own "
@@ -69,16 +76,20 @@ _ONE_CLIENT_AT_A_TIME = flags.DEFINE_bool(
 BODIES = (("mlp", "fashion_mnist"), ("conv4", "omniglot"))
 
 
-RUNTIMES = ("own", "shared")
-RUNTIME_TEXT = {"own": "each algorithm in its own TFF worker",
-                "shared": "all algorithms in one TFF worker"}
+RUNTIMES = ("own", "shared", "sequential")
+RUNTIME_TEXT = {
+    "own": "each algorithm in its own TFF worker",
+    "shared": "all algorithms in one TFF worker",
+    "sequential": "each algorithm in its own TFF worker, one algorithm after the other"}
 
 
 def measure(dataset: str, rounds: int, skip_first: bool = False,
+            algorithms: Optional[list[str]] = None,
             contexts: Optional[dict] = None) -> dict:
-  """Times `rounds` rounds of every algorithm on the same sampled clients (the first
-  one left out of the statistics with `skip_first`: it traces the computations).
-  `contexts`: each algorithm's own TFF execution context (default: the current one)."""
+  """Times `rounds` rounds of `algorithms` (default: all), interleaved on the same
+  sampled clients (the first round left out of the statistics with `skip_first`: it
+  traces the computations), each in its execution context in `contexts` (default: the
+  current one). Ratios to the reference are added by `with_ratios`."""
   from tff_pflego import experiment
 
   def running(name):
@@ -87,20 +98,23 @@ def measure(dataset: str, rounds: int, skip_first: bool = False,
       return contextlib.nullcontext()
     return tff.framework.get_context_stack().install(contexts[name])
 
-  algorithms, data, sampler = {}, None, None
-  for name in _ALGORITHMS.value:
+  names = algorithms or _ALGORITHMS.value
+  entries, data, sampler = {}, None, None
+  for name in names:
     prepared, algorithm = experiment.prepare_training(dataset, name, _DATA_DIR.value)
     data, sampler = prepared.data, sampler or prepared.sampler
-    process = algorithm.process
     with running(name):
-      state = process.initialize()
-    algorithms[name] = dict(algorithm=algorithm, process=process, state=state, heads={})
+      state = algorithm.process.initialize()
+    entries[name] = dict(algorithm=algorithm, process=algorithm.process, state=state,
+                         heads={})
   records = {name: dict(client_time_s=[], client_compute_s=[], round_time_s=[],
-                        forward=[], backward=[]) for name in algorithms}
+                        forward=[], backward=[]) for name in entries}
+  sampled = []
   for round_index in range(rounds):
     clients = sampler.sample()
     ids = [data.client_ids[i] for i in clients]
-    for name, entry in algorithms.items():  # interleaved: the same clients, same load
+    sampled.append(ids)
+    for name, entry in entries.items():  # interleaved: the same clients, same load
       algorithm, heads = entry["algorithm"], entry["heads"]
       states = [heads.get(int(i)) or algorithm.initial_client_state(
           int(i), int(data.num_classes[i])) for i in clients]
@@ -110,7 +124,10 @@ def measure(dataset: str, rounds: int, skip_first: bool = False,
                                                                     states)
         elapsed = time.monotonic() - start
       heads.update({int(s["client_index"]): s for s in new_states})
-      if skip_first and round_index == 0:
+      untimed = skip_first and round_index == 0
+      print(f"  {dataset} round {round_index + 1}/{rounds} {name}: {elapsed:.2f} s"
+            + (" (traces the computations, not timed)" if untimed else ""), flush=True)
+      if untimed:
         continue
       records[name]["round_time_s"].append(elapsed)
       for c in metrics["clients"]:
@@ -126,13 +143,56 @@ def measure(dataset: str, rounds: int, skip_first: bool = False,
                          round_time_median_s=float(np.median(r["round_time_s"])),
                          body_forward_passes=float(np.mean(r["forward"])),
                          body_backward_passes=float(np.mean(r["backward"])))
+  return dict(dataset=dataset, rounds=rounds, clients_per_round=len(sampled[0]),
+              algorithms=summary, sampled_clients=sampled)
+
+
+def with_ratios(result: dict) -> dict:
+  """Adds each algorithm's times relative to the reference (the first algorithm)."""
+  summary = result["algorithms"]
   reference = summary[_ALGORITHMS.value[0]]
   for name in summary:
     for key in ("client_time_s", "client_compute_s", "round_time_median_s"):
       summary[name][key.replace("_s", "_vs_reference")] = (summary[name][key]
                                                           / reference[key])
-  return dict(dataset=dataset, rounds=rounds, clients_per_round=len(ids),
-              algorithms=summary)
+  return result
+
+
+def measure_rounds(runtimes: str, body: str, dataset: str, rounds: int) -> dict:
+  """Times `rounds` rounds with clients in parallel after one untimed (tracing) round,
+  run as `runtimes` says (RUNTIME_TEXT)."""
+  import tensorflow_federated as tff
+  from tff_pflego import runtime
+
+  def worker(name: Optional[str] = None):
+    suffix = f"_{name}" if name else ""
+    return runtime.local_execution_context(
+        log_path=os.path.join(_OUTPUT_DIR.value, f"tff_worker_rounds_{body}{suffix}.log"))
+
+  if runtimes == "shared":
+    with worker():
+      return with_ratios(measure(dataset, rounds + 1, skip_first=True))
+  if runtimes == "own":
+    with contextlib.ExitStack() as stack:
+      contexts = {}
+      for name in _ALGORITHMS.value:
+        stack.enter_context(worker(name))
+        contexts[name] = tff.framework.get_context_stack().current
+      return with_ratios(measure(dataset, rounds + 1, skip_first=True,
+                                 contexts=contexts))
+  # 'sequential': every algorithm's sampler draws the same clients from the same
+  # seed, which is checked.
+  merged = None
+  for name in _ALGORITHMS.value:
+    with worker(name):
+      result = measure(dataset, rounds + 1, skip_first=True, algorithms=[name])
+    if merged is None:
+      merged = result
+    elif result["sampled_clients"] != merged["sampled_clients"]:
+      raise RuntimeError(f"{name} sampled other clients than {_ALGORITHMS.value[0]}")
+    else:
+      merged["algorithms"].update(result["algorithms"])
+  return with_ratios(merged)
 
 
 def plot(path: str, results: dict) -> None:
@@ -179,8 +239,10 @@ def write_table_3(path: str, result: dict) -> None:
   reference = _ALGORITHMS.value[0]
   lines = [f"# Seconds per round on Omniglot (the paper's Table 3 beside ours)", "",
            f"Ours: median of {result['round_time_rounds']} rounds after a first "
-           "(tracing) round, every algorithm on the same sampled clients, interleaved, "
-           f"clients in parallel on 2 CPU cores, {RUNTIME_TEXT[result['round_time_runtimes']]}"
+           "(tracing) round, every algorithm on the same sampled clients"
+           + ("" if result["round_time_runtimes"] == "sequential" else ", interleaved")
+           + f", clients in parallel on 2 CPU cores, "
+           f"{RUNTIME_TEXT[result['round_time_runtimes']]}"
            " (`binaries/benchmark_cost.py`). The "
            "paper's: its own hardware (a GPU). Ratios: to the same column's "
            f"{reference}.", "",
@@ -233,26 +295,6 @@ def plot_table_3(path: str, result: dict) -> None:
   plt.close(fig)
 
 
-@contextlib.contextmanager
-def round_contexts(runtimes: str, body: str) -> Iterator[Optional[dict]]:
-  """'own': a TFF worker per algorithm, yielding each one's execution context;
-  'shared': one worker for all (yields None: the current context)."""
-  import tensorflow_federated as tff
-  from tff_pflego import runtime
-  with contextlib.ExitStack() as stack:
-    if runtimes == "shared":
-      stack.enter_context(runtime.local_execution_context(
-          log_path=os.path.join(_OUTPUT_DIR.value, f"tff_worker_rounds_{body}.log")))
-      yield None
-      return
-    contexts = {}
-    for name in _ALGORITHMS.value:
-      stack.enter_context(runtime.local_execution_context(
-          log_path=os.path.join(_OUTPUT_DIR.value, f"tff_worker_rounds_{body}_{name}.log")))
-      contexts[name] = tff.framework.get_context_stack().current
-    yield contexts
-
-
 def main(argv) -> None:
   from tff_pflego import runtime
   for runtimes in _ROUND_RUNTIMES.value:
@@ -266,7 +308,7 @@ def main(argv) -> None:
       max_concurrent_computation_calls=1 if _ONE_CLIENT_AT_A_TIME.value else -1):
     for (body, dataset), rounds in zip(BODIES, (_MLP_ROUNDS.value, _CONV4_ROUNDS.value)):
       if rounds > 0:
-        results[body] = measure(dataset, rounds)
+        results[body] = with_ratios(measure(dataset, rounds))
   # P1: what a user waits for, a round with the clients running in parallel as in
   # every run (the worker's default), the first round (tracing) not timed.
   for number, runtimes in enumerate(_ROUND_RUNTIMES.value):
@@ -275,8 +317,7 @@ def main(argv) -> None:
                                                 _CONV4_ROUND_ROUNDS.value)):
       if rounds <= 0:
         continue
-      with round_contexts(runtimes, body) as contexts:
-        timed = measure(dataset, rounds + 1, skip_first=True, contexts=contexts)
+      timed = measure_rounds(runtimes, body, dataset, rounds)
       results.setdefault(body, dict(dataset=dataset, algorithms={}))
       results[body][key] = {
           name: dict(median_s=r["round_time_median_s"],
