@@ -64,7 +64,8 @@ _NUM_CLIENTS = flags.DEFINE_integer("num_clients", None, "I (default: the paper'
 _EVAL_EVERY = flags.DEFINE_integer("eval_every", 10, "All-client evaluation period.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Prepared data (default: data/).")
 _PROGRESS = flags.DEFINE_bool("progress", True, "A progress bar per run.")
-_SETTINGS = settings.define_flags(__name__, names=("checkpoint_every",))
+_SETTINGS = settings.define_flags(__name__, names=("checkpoint_every",
+                                                   "cache_head_features"))
 _TABLES_ONLY = flags.DEFINE_bool("tables_only", False,
                                  "Run nothing: tabulate the finished cells only.")
 _CEILINGS = flags.DEFINE_bool("ceilings", True,
@@ -138,7 +139,8 @@ FIELDS = ["dataset", "degree", "algorithm", "seed", "rounds", "accuracy_mean",
           "train_loss_refit_final",
           "time_per_round_s",
           "client_time_per_round_s", "train_s_to_95_all", "train_s_to_95_sampled",
-          "body_forward", "body_backward", "paper_accuracy", "paper_rounds",
+          "body_forward", "body_backward", "head_features_cached", "paper_accuracy",
+          "paper_rounds",
           "ceiling_mean", "run_dir"]
 # Tables list algorithms in this order (others after them, by name).
 ALGORITHM_ORDER = ("pflego", "fedavg", "fedper", "fedprox", "fedrep", "fedbabu", "ditto",
@@ -188,7 +190,8 @@ def cell_config(dataset: str, degree: str, algorithm: str, seed: int):
       rounds=_ROUNDS.value or paper_table_rounds(dataset),
       num_clients=_NUM_CLIENTS.value, eval_every=_EVAL_EVERY.value,
       output_dir=cell_dir(dataset, degree, algorithm, seed), progress=_PROGRESS.value,
-      checkpoint_every=_SETTINGS["checkpoint_every"].value)
+      checkpoint_every=_SETTINGS["checkpoint_every"].value,
+      cache_head_features=_SETTINGS["cache_head_features"].value)
   if _DATA_DIR.value:
     config.data_dir = _DATA_DIR.value
   return config
@@ -237,7 +240,8 @@ def cell_result(dataset: str, degree: str, algorithm: str, seed: int) -> dict:
   from tff_pflego.training.ceiling import read_ceiling
   directory = cell_source(dataset, degree, algorithm, seed)
   with open(os.path.join(directory, "summary.json")) as f:
-    passes = json.load(f).get("body_passes_per_client_round", {})
+    summary = json.load(f)
+  passes = summary.get("body_passes_per_client_round", {})
   evals = [r for r in _rows(os.path.join(directory, "metrics.csv")) if r["round"] > 0]
   own_ceiling = read_ceiling(directory) if algorithm == "pflego" else None
   return dict(dataset=dataset, degree=degree, algorithm=algorithm, seed=seed,
@@ -245,6 +249,8 @@ def cell_result(dataset: str, degree: str, algorithm: str, seed: int) -> dict:
               **time_to_accuracy(_rows(os.path.join(directory, "rounds.csv")), evals,
                                  TARGET),
               body_forward=passes.get("forward"), body_backward=passes.get("backward"),
+              head_features_cached=int(bool(summary.get("hyperparameters", {}).get(
+                  "cache_head_features", False))),
               paper_accuracy=PAPER_ACCURACY.get((dataset, algorithm, degree)),
               paper_rounds=paper_table_rounds(dataset),
               ceiling_mean=own_ceiling and own_ceiling["best_test_accuracy_mean"],
@@ -397,7 +403,8 @@ def write_tables(results: list[dict]) -> None:
                  f"{'' if r['rounds'] >= r['paper_rounds'] else ' (T=%d)' % r['rounds']} | "
                  f"{fmt(r.get('time_per_round_s'), '.2f')} | "
                  f"{fmt(r.get('client_time_per_round_s'), '.2f')} | "
-                 f"{fmt(r.get('body_forward'))}+{fmt(r.get('body_backward'))} | "
+                 f"{fmt(r.get('body_forward'))}+{fmt(r.get('body_backward'))}"
+                 f"{' (head features cached)' if r.get('head_features_cached') else ''} | "
                  f"{fmt(r.get('train_s_to_95_all'))} | {fmt(r.get('train_s_to_95_sampled'))} |")
   lines.append("")
   notes = _notes(results)

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from tests import helpers
 from tff_pflego.algorithms import averaging, fedbabu, inspection, pflego, registry
-from tff_pflego.algorithms.model_types import model_types
+from tff_pflego.algorithms.model_types import initial_client_state, model_types
 from tff_pflego.algorithms.local_training import LocalPhase
 
 K = 3  # every client uses all K_max = 3 classes here, so no masking is involved
@@ -262,6 +262,27 @@ def test_every_baseline_runs_two_rounds_on_real_data(name, prepared, tmp_path):
           for r in rows} == {tuple(map(float, passes))}
 
 
+def test_cached_head_features_change_no_number_of_a_run_and_resume_either_way(
+    prepared, tmp_path):
+  from tff_pflego.experiment import ExperimentConfig, run_experiment
+
+  def run(name, rounds, cache):
+    return run_experiment(ExperimentConfig(
+        dataset="fashion_mnist", algorithm="fedrecon", num_clients=5,
+        clients_per_round=2, rounds=rounds, local_steps=3, eval_every=1,
+        output_dir=str(tmp_path / name), data_dir=prepared, progress=False,
+        cache_head_features=cache))
+
+  published, cached = run("published", 2, False), run("cached", 2, True)
+  run("resumed", 1, False)
+  resumed = run("resumed", 2, True)  # the fingerprint leaves the cache out
+  assert resumed["rounds"] == 2 and 0.3 < published["final"]["test_accuracy_mean"] <= 1
+  for summary in (cached, resumed):
+    assert summary["final"] == published["final"]
+  assert published["body_passes_per_client_round"] == dict(forward=4, backward=1)
+  assert cached["body_passes_per_client_round"] == dict(forward=2, backward=1)
+
+
 def test_ledger_bytes_come_from_the_type_signatures():
   from tff_pflego.training import ledger
   types = _types()
@@ -303,6 +324,44 @@ def test_fedrecon_body_gradient_is_taken_at_the_reconstructed_head():
   assert not np.allclose(g_stale, grads[0].numpy(), atol=1e-5)
   counts = metrics["clients"][0]
   assert (counts["body_forward_passes"], counts["body_backward_passes"]) == (TAU + 1, 1)
+
+
+@pytest.mark.parametrize("name,body,image_shape,uncached,cached", [
+    # tau head steps, then the body gradient
+    ("fedrecon", "mlp", helpers.IMAGE_SHAPE, (TAU + 2 + 1, 1), (2, 1)),
+    ("fedrecon", "conv4", (28, 28, 1), (TAU + 2 + 1, 1), (2, 1)),
+    ("fedrecon", "cifar_cnn", (32, 32, 3), (TAU + 2 + 1, 1), (2, 1)),
+    # tau - 2 head steps, then 2 body steps
+    ("fedrep", "mlp", helpers.IMAGE_SHAPE, (TAU + 2, 2), (1 + 2, 2)),
+])
+def test_cached_head_features_give_the_same_numbers_with_fewer_body_passes(
+    name, body, image_shape, uncached, cached):
+  import dataclasses
+  import functools
+  from tff_pflego.models import build_body
+  body_fn = functools.partial(build_body, body, image_shape, 3)
+  rng = np.random.default_rng(21)
+  x = rng.random((11,) + image_shape, np.float32)
+  y = rng.integers(0, K, 11).astype(np.int32)
+  feature_dim = body_fn().output_shape[-1]
+  states = [initial_client_state(0, K, feature_dim, K, 6)]
+  plan = helpers.plan(name, TAU + 2, LR, body_steps=2, momentum=0.5)
+  rounds = {}
+  for cache in (False, True):
+    process = averaging.build_averaging_process(
+        body_fn, dataclasses.replace(plan, cache_head_features=cache),
+        image_shape=image_shape, max_classes=K)
+    state = process.initialize()
+    new_state, (after,), metrics = process.next(state, [helpers.as_dataset(x, y)], states)
+    counts = metrics["clients"][0]
+    rounds[cache] = (new_state.model.trainable, after["head"],
+                     (counts["body_forward_passes"], counts["body_backward_passes"]))
+  for got, want in zip(rounds[True][0], rounds[False][0]):
+    np.testing.assert_array_equal(got, want)  # bit for bit
+  for part in ("kernel", "bias"):
+    np.testing.assert_array_equal(rounds[True][1][part], rounds[False][1][part])
+  assert not np.array_equal(rounds[False][1]["kernel"], states[0]["head"]["kernel"])
+  assert rounds[False][2] == uncached and rounds[True][2] == cached
 
 
 def test_ditto_personal_update_is_the_hand_computed_prox_steps():

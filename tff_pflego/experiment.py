@@ -75,6 +75,7 @@ class ExperimentConfig:
   prox_mu: Optional[float] = _setting("prox_mu")
   body_steps: int = _setting("body_steps")
   momentum: Optional[float] = _setting("momentum")
+  cache_head_features: bool = _setting("cache_head_features")
   ascd_p_w: float = _setting("ascd_p_w")
   ascd_momentum: float = _setting("ascd_momentum")
   ascd_z_step: float = _setting("ascd_z_step")
@@ -238,8 +239,9 @@ def training_settings(config: AlgorithmConfig, algorithm: str) -> dict:
   metrics). A constant server rate leaves the schedule's fields out, so that
   checkpoints written before the schedule existed keep their fingerprint and resume;
   so does the local momentum of an algorithm that ignores it (written as 0.9 before
-  FedRep took it)."""
-  ignored = {"sampled_eval"} | (
+  FedRep took it). Caching the head-only steps' features changes no number: a run
+  resumes with or without it."""
+  ignored = {"sampled_eval", "cache_head_features"} | (
       set() if algorithm in config_lib.LOCAL_MOMENTUM else {"momentum"})
   settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in ignored}
   if config.server_lr_schedule == "constant":
@@ -290,7 +292,8 @@ def prepare(c: ExperimentConfig) -> Prepared:
       ascd_momentum=c.ascd_momentum, ascd_z_step=c.ascd_z_step,
       sampled_eval=c.sampled_eval, server_lr_schedule=c.server_lr_schedule,
       server_lr_final_fraction=c.server_lr_final_fraction,
-      schedule_rounds=c.rounds if c.server_lr_schedule != "constant" else 0)
+      schedule_rounds=c.rounds if c.server_lr_schedule != "constant" else 0,
+      cache_head_features=c.cache_head_features)
   fingerprint = dict(dataset=c.dataset, algorithm=c.algorithm,
                      personalization=c.personalization, num_clients=c.num_clients,
                      clients_per_round=c.clients_per_round,

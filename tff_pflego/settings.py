@@ -199,6 +199,12 @@ def _settings() -> tuple[Setting, ...]:
               "at 0 in every round and phase): FedBabu's body steps (default 0.9) and "
               "FedRep's head and body steps (default 0: plain GD, as the reference "
               "code's default). Other algorithms ignore it.", minimum=0, below=1),
+      Setting("cache_head_features", bool, False,
+              "Baselines: a head-only phase (FedRecon's reconstruction, FedRep's head "
+              "steps) computes the body's features once and steps on them, as PFLEGO "
+              "does: the same numbers (the body does not move in the phase), one body "
+              "forward pass instead of one per step. Off: the algorithms as published "
+              "(their pass counts and timings, Table 3)."),
       Setting("ascd_p_w", float, 0.01,
               "ASCD-PFL: probability of a body iteration; a round is K ~ Geometric(p_w) "
               "- 1 head iterations, then one body iteration (a communication). Default: "

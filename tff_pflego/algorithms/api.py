@@ -55,6 +55,9 @@ class AlgorithmConfig:
   server_lr_schedule: str
   server_lr_final_fraction: float
   schedule_rounds: int = 0  # T: read by a non-constant schedule only
+  # The baselines' head-only phases on features computed once per phase: the same
+  # numbers, fewer body passes (`local_training.LocalModel.train`).
+  cache_head_features: bool = False
 
   def body_fn(self) -> BodyFn:
     """A no-argument function building the body with its seeded initial weights."""

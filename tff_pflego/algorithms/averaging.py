@@ -54,6 +54,9 @@ class AveragingPlan:
   # False (Local-only): nothing is shared; the phases train the client's own body and
   # head, kept in its state, and the client sends an empty update.
   shares_body: bool = True
+  # Head-only phases on features computed once per phase (`LocalModel.train`): the
+  # same numbers, fewer body passes than the algorithms as published.
+  cache_head_features: bool = False
 
   @property
   def personal_body(self) -> bool:
@@ -115,7 +118,8 @@ def make_averaging_client_update(model: LocalModel, plan: AveragingPlan, max_cla
         "both" if plan.shared_head else "body" if plan.shares_body else "none")
     anchor = [tf.identity(v) for v in anchored]
     with tf.control_dependencies([loss, accuracy]):
-      model.train(plan.phases, x, y, mask, plan.prox_mu, anchor, anchored)
+      model.train(plan.phases, x, y, mask, plan.prox_mu, anchor, anchored,
+                  plan.cache_head_features)
     if plan.send_gradient:
       body_vars = model.variables_of("body")
       with tf.GradientTape(watch_accessed_variables=False) as tape:
@@ -137,7 +141,7 @@ def make_averaging_client_update(model: LocalModel, plan: AveragingPlan, max_cla
         _assign(model.variables_of("body"), client_state["body"])
         model.assign_head(client_state["head"])
       model.train(plan.phases, x, y, mask, plan.personal_mu, anchor,
-                  model.variables_of("both"))
+                  model.variables_of("both"), plan.cache_head_features)
       new_state["head"] = model.head
       new_state["body"] = [v.read_value() for v in model.variables_of("body")]
     metrics = collections.OrderedDict(
@@ -252,6 +256,7 @@ def build_baseline(name: str, plan: AveragingPlan, config: AlgorithmConfig,
                    client_data: Optional[ClientDataComputations] = None
                    ) -> PersonalizedAlgorithm:
   """The baseline `name` running `plan` (each baseline module's `build` calls this)."""
+  plan = dataclasses.replace(plan, cache_head_features=config.cache_head_features)
   body_fn = config.body_fn()
   personal_body = plan.personal_body
   types = model_types(body_fn, config.image_shape, config.max_classes,

@@ -14,13 +14,15 @@ where the proximal term (FedProx, Ditto) pulls the weights that the server share
 toward the round's broadcast values. Every evaluation of l_i runs the body through the
 `BodyPassCounter`, so the cost ledger counts passes as they run: a step that trains the
 body costs one forward and one backward pass, a head-only step costs one forward pass
-(the baselines, unlike PFLEGO, recompute the features).
+(the baselines, unlike PFLEGO, recompute the features, as published; with
+`cache_head_features` a head-only phase computes them once: the same numbers).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 from typing import Callable, Sequence
 
 import tensorflow as tf
@@ -111,17 +113,28 @@ class LocalModel(tf.Module):
                                         self.kernel, self.bias, mask)
 
   def train(self, phases: Sequence[LocalPhase], x, y, mask, prox_mu: float = 0.0,
-            anchor: Sequence[tf.Tensor] = (), anchored: Sequence[tf.Variable] = ()
-            ) -> None:
-    """Runs the phases on F; `anchored` variables are pulled toward `anchor` by mu."""
+            anchor: Sequence[tf.Tensor] = (), anchored: Sequence[tf.Variable] = (),
+            cache_head_features: bool = False) -> None:
+    """Runs the phases on F; `anchored` variables are pulled toward `anchor` by mu.
 
-    def objective():
-      loss, _ = self.loss_and_accuracy(x, y, mask)
+    With `cache_head_features`, a head-only phase computes phi(X; theta) once and takes
+    its steps on those features: the same numbers (theta does not move in the phase),
+    one body forward pass instead of one per step."""
+
+    def objective(features=None):
+      if features is None:
+        loss, _ = self.loss_and_accuracy(x, y, mask)
+      else:
+        loss, _ = heads.head_loss_and_accuracy(features, y, self.kernel, self.bias, mask)
       if prox_mu:
         loss += 0.5 * prox_mu * tf.add_n([tf.reduce_sum(tf.square(v - a))
                                           for v, a in zip(anchored, anchor)])
       return loss
 
     for phase in phases:
-      gradient_descent(objective, self.variables_of(phase.trains), phase.steps,
+      loss_fn = objective
+      if cache_head_features and phase.trains == "head" and phase.steps > 0:
+        features = self.counter.counted_call(self.body, x)
+        loss_fn = functools.partial(objective, features)
+      gradient_descent(loss_fn, self.variables_of(phase.trains), phase.steps,
                        phase.lr, phase.momentum)
