@@ -68,9 +68,11 @@ reproduce: setup
 	$(REPRODUCE) --datasets=mnist --degrees=medium,none \
 	    --algorithms=fedrecon,ditto,fedper,fedavg,fedprox,fedrep,fedbabu $(GO_ON); \
 	$(REPRODUCE) --datasets=mnist --degrees=high --algorithms=fedprox,fedrep,fedbabu $(GO_ON); \
-	$(REPRODUCE) --datasets=cifar10 --degrees=high --algorithms=fedrecon $(GO_ON); \
-	$(REPRODUCE) --datasets=omniglot --algorithms=fedrecon --rounds=100 --eval_every=20 $(GO_ON); \
-	$(REPRODUCE) --datasets=cifar10 --degrees=high --rounds=50 \
+	$(REPRODUCE) --datasets=cifar10 --degrees=high --algorithms=fedrecon \
+	    --cache_head_features $(GO_ON); \
+	$(REPRODUCE) --datasets=omniglot --algorithms=fedrecon --eval_every=20 \
+	    --cache_head_features $(GO_ON); \
+	$(REPRODUCE) --datasets=cifar10 --degrees=high --rounds=50 --cache_head_features \
 	    --algorithms=fedavg,fedper,fedprox,fedrep,fedbabu,ditto $(GO_ON); \
 	$(REPRODUCE) --datasets=fashion_mnist --degrees=medium,none --algorithms=pflego \
 	    --seeds=1,2,3,4 $(GO_ON); \
