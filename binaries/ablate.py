@@ -16,7 +16,9 @@ is shown). `--vary=name=v1,v2,...` (at most twice) names a setting of train.py a
 values (numbers, or a choice such as --server_lr_schedule's constant / cosine); every
 other setting is the paper's for the dataset, degree and algorithm, and `--rounds`
 below the paper's T marks every cell "shortened". Every cell is checked before the
-first one runs, so a bad value costs no compute.
+first one runs, so a bad value costs no compute. `--cache_head_features` (train.py's)
+computes the body's features once per head-only phase: the same numbers, faster
+FedRecon / FedRep cells (the tau study's FedRecon on Omniglot).
 
 Each cell is a train.py run (the same `run_experiment`, resumable; a finished cell is
 skipped) in <output_dir>/<study>/<dataset>_<degree>[_T<rounds>]/<algorithm>/
@@ -59,6 +61,7 @@ from absl import flags
 import numpy as np
 
 from tff_pflego import records
+from tff_pflego import settings
 from tff_pflego.config import PAPER_ACCURACY, PERSONALIZATIONS
 from tff_pflego.errors import UserError
 from tff_pflego.training import cells
@@ -131,6 +134,7 @@ _DOCS_DIR = flags.DEFINE_string(
     "docs_dir", None, "Also copy the tables and figure here, and keep every finished "
     "cell's record under <docs_dir>/ablations (a cell stopped before its end is parked "
     "there and continued by the same command on a fresh clone).")
+_SETTINGS = settings.define_flags(__name__, names=("cache_head_features",))
 flags.mark_flag_as_required("study")
 
 Vary = tuple[tuple[str, tuple], ...]
@@ -256,6 +260,7 @@ def cell_config(plan: Plan, algorithm: str, point: tuple, seed: int):
       dataset=plan.dataset, algorithm=algorithm, personalization=plan.degree, seed=seed,
       rounds=plan.rounds, eval_every=_EVAL_EVERY.value, progress=_PROGRESS.value,
       output_dir=plan.cell_dir(algorithm, point, seed),
+      cache_head_features=_SETTINGS["cache_head_features"].value,
       **{name: value for (name, _), value in zip(plan.vary, point)})
   if _DATA_DIR.value:
     config.data_dir = _DATA_DIR.value

@@ -73,9 +73,16 @@ def test_a_study_runs_each_point_with_the_papers_other_settings(prepared, tmp_pa
   assert _digests(out) == before
 
   # Another value later joins the same tables; the earlier cells' rows are kept.
-  more = subprocess.run(_study(prepared, out, "clients_per_round=3", "num_clients=5"),
+  more = subprocess.run(_study(prepared, out, "clients_per_round=3", "num_clients=5") +
+                        ["--cache_head_features"],
                         env=ENV, capture_output=True, text=True, timeout=900)
   assert more.returncode == 0, more.stderr[-3000:]
+  cached = {}
+  for r in (2, 3):
+    with open(os.path.join(study, "pflego", f"clients_per_round={r}+num_clients=5",
+                           "seed0", "config.json")) as f:
+      cached[r] = json.load(f)["cache_head_features"]
+  assert cached == {2: False, 3: True}  # the flag reaches the cells it ran
   rows_now = grid.read_results(os.path.join(study, "results.csv"))
   assert sorted(int(r["clients_per_round"]) for r in rows_now) == [2, 3, 5]
   assert {k: v for k, v in rows_now[0].items()} == rows[2]
