@@ -19,9 +19,10 @@ benchmark_cost.json and benchmark_cost.png, and with Conv4 round times table3.md
 table3.png: the paper's Table 3 (seconds per Omniglot round) beside ours.
 Table 3 alone, every algorithm, each in its own worker, one after the other (eight
 Conv4 workers alive at once hold ~4 GB each on Omniglot with the spec's rotations,
-more than 24 GB: the kernel killed one on 2026-11-26); about 1.1 h on 2 cores with one
-timed round, projected from the 99 s FedAvg round without them, which the rotations
-make ~4x:
+more than 24 GB: the kernel killed one on 2026-11-26). In this mode each algorithm's
+times are kept in <output_dir>/round_time_<body>_<algorithm>.json as it ends, with the
+settings, data and machine they were measured on; a stopped benchmark run again with
+the same flags keeps those that match and measures the rest:
 
   python binaries/benchmark_cost.py --output_dir=runs/table3 --mlp_rounds=0 \
       --mlp_round_rounds=0 --conv4_rounds=0 --conv4_round_rounds=1 \
@@ -158,6 +159,55 @@ def with_ratios(result: dict) -> dict:
   return result
 
 
+def machine() -> str:
+  """The CPU model and the cores this process may use: what a kept time depends on."""
+  model = "unknown CPU"
+  with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+    model = next((line.split(":", 1)[1].strip() for line in f
+                  if line.startswith("model name")), model)
+  return f"{model}, {len(os.sched_getaffinity(0))} cores"
+
+
+def _measurement_key(dataset: str, name: str, rounds: int) -> dict:
+  """What a kept measurement must match: the algorithm's settings and data (its
+  checkpoint fingerprint), the timed rounds and the machine."""
+  from tff_pflego import experiment
+  prepared, _ = experiment.prepare_training(dataset, name, _DATA_DIR.value)
+  return json.loads(json.dumps(dict(fingerprint=prepared.fingerprint, rounds=rounds,
+                                    machine=machine())))
+
+
+def _measurement_path(body: str, name: str) -> str:
+  return os.path.join(_OUTPUT_DIR.value, f"round_time_{body}_{name}.json")
+
+
+def kept_measurement(body: str, dataset: str, name: str, rounds: int) -> Optional[dict]:
+  """`name`'s sequential round times kept by an earlier invocation, if they were
+  measured on the same settings, data, rounds and machine (else None: measure)."""
+  path = _measurement_path(body, name)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    kept = json.load(f)
+  if kept.get("key") != _measurement_key(dataset, name, rounds):
+    print(f"  {path}: measured on other settings, data or machine; measuring again",
+          flush=True)
+    return None
+  print(f"  {dataset} {name}: kept from {kept['measured_at']} ({path})", flush=True)
+  return kept["result"]
+
+
+def keep_measurement(body: str, dataset: str, name: str, rounds: int,
+                     result: dict) -> None:
+  path = _measurement_path(body, name)
+  measured_at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+  result["algorithms"][name]["measured_at"] = measured_at
+  with open(path + ".tmp", "w") as f:
+    json.dump(dict(key=_measurement_key(dataset, name, rounds), measured_at=measured_at,
+                   result=result), f, indent=1)
+  os.replace(path + ".tmp", path)
+
+
 def measure_rounds(runtimes: str, body: str, dataset: str, rounds: int) -> dict:
   """Times `rounds` rounds with clients in parallel after one untimed (tracing) round,
   run as `runtimes` says (RUNTIME_TEXT)."""
@@ -181,11 +231,15 @@ def measure_rounds(runtimes: str, body: str, dataset: str, rounds: int) -> dict:
       return with_ratios(measure(dataset, rounds + 1, skip_first=True,
                                  contexts=contexts))
   # 'sequential': every algorithm's sampler draws the same clients from the same
-  # seed, which is checked.
+  # seed, which is checked. Each algorithm's measurement is kept as it ends, so a
+  # stopped benchmark goes on where it stopped.
   merged = None
   for name in _ALGORITHMS.value:
-    with worker(name):
-      result = measure(dataset, rounds + 1, skip_first=True, algorithms=[name])
+    result = kept_measurement(body, dataset, name, rounds)
+    if result is None:
+      with worker(name):
+        result = measure(dataset, rounds + 1, skip_first=True, algorithms=[name])
+      keep_measurement(body, dataset, name, rounds, result)
     if merged is None:
       merged = result
     elif result["sampled_clients"] != merged["sampled_clients"]:
@@ -237,6 +291,7 @@ def write_table_3(path: str, result: dict) -> None:
   from tff_pflego.config import PAPER_OMNIGLOT_SECONDS_PER_ROUND as PAPER
   ours = result["round_time"]
   reference = _ALGORITHMS.value[0]
+  dated = any("measured_at" in r for r in ours.values())
   lines = [f"# Seconds per round on Omniglot (the paper's Table 3 beside ours)", "",
            f"Ours: median of {result['round_time_rounds']} rounds after a first "
            "(tracing) round, every algorithm on the same sampled clients"
@@ -247,14 +302,16 @@ def write_table_3(path: str, result: dict) -> None:
            "paper's: its own hardware (a GPU). Ratios: to the same column's "
            f"{reference}.", "",
            f"| algorithm | ours (s) | ours / {reference} | paper (s) | paper / "
-           f"{reference} |", "|---|---|---|---|---|"]
+           f"{reference} |" + (" measured |" if dated else ""),
+           "|---|---|---|---|---|" + ("---|" if dated else "")]
   for name, r in ours.items():
     paper = PAPER.get(name)
     paper_ratio = (paper / PAPER[reference] if paper is not None and reference in PAPER
                    else None)
     lines.append(f"| {name} | {r['median_s']:.2f} | {r['vs_reference']:.1f}x | "
                  f"{'—' if paper is None else f'{paper:.2f}'} | "
-                 f"{'—' if paper_ratio is None else f'{paper_ratio:.1f}x'} |")
+                 f"{'—' if paper_ratio is None else f'{paper_ratio:.1f}x'} |"
+                 + (f" {r.get('measured_at', '')} |" if dated else ""))
   with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")
 
@@ -321,7 +378,8 @@ def main(argv) -> None:
       results.setdefault(body, dict(dataset=dataset, algorithms={}))
       results[body][key] = {
           name: dict(median_s=r["round_time_median_s"],
-                     vs_reference=r["round_time_median_vs_reference"])
+                     vs_reference=r["round_time_median_vs_reference"],
+                     **({"measured_at": r["measured_at"]} if "measured_at" in r else {}))
           for name, r in timed["algorithms"].items()}
       results[body]["round_time_rounds"] = rounds
       results[body]["round_time_goal"] = ROUND_GOALS[body]
