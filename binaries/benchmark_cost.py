@@ -44,6 +44,7 @@ from typing import Optional
 from absl import flags
 import numpy as np
 
+from tff_pflego import files
 from tff_pflego.errors import UserError
 
 
@@ -168,7 +169,7 @@ def machine() -> str:
   return f"{model}, {len(os.sched_getaffinity(0))} cores"
 
 
-def _measurement_key(dataset: str, name: str, rounds: int) -> dict:
+def measurement_key(dataset: str, name: str, rounds: int) -> dict:
   """What a kept measurement must match: the algorithm's settings and data (its
   checkpoint fingerprint), the timed rounds and the machine."""
   from tff_pflego import experiment
@@ -181,15 +182,16 @@ def _measurement_path(body: str, name: str) -> str:
   return os.path.join(_OUTPUT_DIR.value, f"round_time_{body}_{name}.json")
 
 
-def kept_measurement(body: str, dataset: str, name: str, rounds: int) -> Optional[dict]:
+def kept_measurement(body: str, dataset: str, name: str,
+                     key: dict) -> Optional[dict]:
   """`name`'s sequential round times kept by an earlier invocation, if they were
-  measured on the same settings, data, rounds and machine (else None: measure)."""
+  measured under `key` (`measurement_key`; else None: measure)."""
   path = _measurement_path(body, name)
   if not os.path.exists(path):
     return None
   with open(path) as f:
     kept = json.load(f)
-  if kept.get("key") != _measurement_key(dataset, name, rounds):
+  if kept.get("key") != key:
     print(f"  {path}: measured on other settings, data or machine; measuring again",
           flush=True)
     return None
@@ -197,15 +199,11 @@ def kept_measurement(body: str, dataset: str, name: str, rounds: int) -> Optiona
   return kept["result"]
 
 
-def keep_measurement(body: str, dataset: str, name: str, rounds: int,
-                     result: dict) -> None:
-  path = _measurement_path(body, name)
+def keep_measurement(body: str, name: str, key: dict, result: dict) -> None:
   measured_at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
   result["algorithms"][name]["measured_at"] = measured_at
-  with open(path + ".tmp", "w") as f:
-    json.dump(dict(key=_measurement_key(dataset, name, rounds), measured_at=measured_at,
-                   result=result), f, indent=1)
-  os.replace(path + ".tmp", path)
+  files.write_json(_measurement_path(body, name),
+                   dict(key=key, measured_at=measured_at, result=result))
 
 
 def measure_rounds(runtimes: str, body: str, dataset: str, rounds: int) -> dict:
@@ -235,11 +233,12 @@ def measure_rounds(runtimes: str, body: str, dataset: str, rounds: int) -> dict:
   # stopped benchmark goes on where it stopped.
   merged = None
   for name in _ALGORITHMS.value:
-    result = kept_measurement(body, dataset, name, rounds)
+    key = measurement_key(dataset, name, rounds)
+    result = kept_measurement(body, dataset, name, key)
     if result is None:
       with worker(name):
         result = measure(dataset, rounds + 1, skip_first=True, algorithms=[name])
-      keep_measurement(body, dataset, name, rounds, result)
+      keep_measurement(body, name, key, result)
     if merged is None:
       merged = result
     elif result["sampled_clients"] != merged["sampled_clients"]:
