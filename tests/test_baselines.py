@@ -22,18 +22,30 @@ def _process(plan):
                                            image_shape=helpers.IMAGE_SHAPE, max_classes=K)
 
 
-def _keras_gd(weights, head, x, y, steps, lr, prox_mu=0.0, anchor=None):
-  """`steps` full-batch GD steps on l + (mu/2)||w - a||^2 of one plain Keras model
-  (a = `anchor`, by default the starting weights)."""
-  model = helpers.keras_model(weights, head, K)
-  if anchor is None:
-    anchor = [v.numpy() for v in model.trainable_variables]
+def _descend(model, variables, x, y, steps, lr, momentum=0.0, prox_mu=0.0, anchor=None):
+  """`steps` full-batch heavy-ball steps on l + (mu/2)||v - a||^2 over `variables` of a
+  plain Keras model: m <- momentum m + g, v <- v - lr m (m = 0 first; momentum 0 is
+  plain GD), in float64 numpy; a = `anchor`, by default the starting values."""
+  values = [v.numpy().astype(np.float64) for v in variables]
+  anchor = values if anchor is None else [np.asarray(a, np.float64) for a in anchor]
+  velocity = [np.zeros_like(v) for v in values]
   for _ in range(steps):
     with tf.GradientTape() as tape:
       loss = helpers.loss_fn(model, x, y)
-    for v, g, a in zip(model.trainable_variables,
-                       tape.gradient(loss, model.trainable_variables), anchor):
-      v.assign_sub(lr * (g + prox_mu * (v - a)))
+    grads = tape.gradient(loss, variables)
+    velocity = [momentum * m + g.numpy() + prox_mu * (v - a)
+                for m, g, v, a in zip(velocity, grads, values, anchor)]
+    values = [v - lr * m for v, m in zip(values, velocity)]
+    for variable, value in zip(variables, values):
+      variable.assign(value.astype(np.float32))
+
+
+def _keras_gd(weights, head, x, y, steps, lr, prox_mu=0.0, anchor=None):
+  """`steps` full-batch GD steps on l + (mu/2)||w - a||^2 of the plain Keras model with
+  body `weights` and `head`; returns its weights."""
+  model = helpers.keras_model(weights, head, K)
+  _descend(model, model.trainable_variables, x, y, steps, lr, prox_mu=prox_mu,
+           anchor=anchor)
   return [v.numpy() for v in model.trainable_variables]
 
 
@@ -148,21 +160,6 @@ def test_fedbabu_head_is_fixed_and_fedrep_phases_touch_one_part_each():
   np.testing.assert_array_equal(after["head"]["kernel"], states[0]["head"]["kernel"])
 
 
-def _keras_heavy_ball(model, variables, x, y, steps, lr, momentum):
-  """`steps` heavy-ball steps m <- momentum m + g, v <- v - lr m (m = 0 first) on
-  `variables` of a plain Keras model, in float64 numpy."""
-  values = [v.numpy().astype(np.float64) for v in variables]
-  velocity = [np.zeros_like(v) for v in values]
-  for _ in range(steps):
-    with tf.GradientTape() as tape:
-      loss = helpers.loss_fn(model, x, y)
-    grads = tape.gradient(loss, variables)
-    velocity = [momentum * m + g.numpy() for m, g in zip(velocity, grads)]
-    values = [v - lr * m for v, m in zip(values, velocity)]
-    for variable, value in zip(variables, values):
-      variable.assign(value.astype(np.float32))
-
-
 @pytest.mark.parametrize("momentum", [0.0, 0.6])
 def test_fedrep_round_is_head_then_body_heavy_ball_steps(momentum):
   """FedRep with `momentum`: tau - s head steps, then s body steps, each phase a
@@ -177,9 +174,9 @@ def test_fedrep_round_is_head_then_body_heavy_ball_steps(momentum):
   new_state, (after,), _ = process.next(state, [helpers.as_dataset(x, y)], states)
   model = helpers.keras_model(theta, states[0]["head"], K)
   head, body = model.layers[-1].trainable_variables, model.layers[0].trainable_variables
-  _keras_heavy_ball(model, head, x, y, TAU + 2 - body_steps, LR, momentum)
+  _descend(model, head, x, y, TAU + 2 - body_steps, LR, momentum)
   plain_head = head[0].numpy().copy()
-  _keras_heavy_ball(model, body, x, y, body_steps, LR, momentum)
+  _descend(model, body, x, y, body_steps, LR, momentum)
   np.testing.assert_allclose(after["head"]["kernel"][:, :K], head[0].numpy(), rtol=1e-5,
                              atol=1e-6)
   np.testing.assert_allclose(after["head"]["bias"][:K], head[1].numpy(), rtol=1e-5,
@@ -188,7 +185,7 @@ def test_fedrep_round_is_head_then_body_heavy_ball_steps(momentum):
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
   if momentum:  # the momentum matters here (the test can fail)
     gd = helpers.keras_model(theta, states[0]["head"], K)
-    _keras_heavy_ball(gd, gd.layers[-1].trainable_variables, x, y,
+    _descend(gd, gd.layers[-1].trainable_variables, x, y,
                       TAU + 2 - body_steps, LR, 0.0)
     assert not np.allclose(gd.layers[-1].kernel.numpy(), plain_head, atol=1e-4)
 
@@ -204,7 +201,7 @@ def test_fedbabu_body_takes_heavy_ball_steps_at_its_default_momentum():
   theta = list(state.model.trainable)
   new_state, _, _ = process.next(state, [helpers.as_dataset(x, y)], states)
   model = helpers.keras_model(theta, fixed, K)
-  _keras_heavy_ball(model, model.layers[0].trainable_variables, x, y, 5, LR, 0.9)
+  _descend(model, model.layers[0].trainable_variables, x, y, 5, LR, 0.9)
   for got, want in zip(new_state.model.trainable, model.layers[0].trainable_variables):
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
 
