@@ -43,7 +43,11 @@ ablation_<study>_<dataset>_<degree>[_T<rounds>].md / .png / .csv, and keeps ever
 finished cell's record under <docs_dir>/ablations/<study>/... (`tff_pflego/records.py`),
 so a fresh clone tabulates the study without its runs; a cell stopped before its end
 (Ctrl-C, SIGTERM, an error) is parked in its record and the same command continues it
-there, as `reproduce.py` does (`cells.run_or_continue`).
+there, as `reproduce.py` does (`cells.run_or_continue`). A --docs_dir table with no
+.csv of its rows beside it (written before rows were kept) would be replaced by this
+invocation's rows alone, so the study stops first (exit 2);
+`--recover_rows_from=<that table>` reads its cells (2 decimals, one seed each) into the
+.csv, where the later cells join them.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from tff_pflego import cli  # pylint: disable=g-bad-import-order
 import dataclasses
 import itertools
 import os
+import re
 import shutil
 from typing import Optional
 
@@ -134,6 +139,10 @@ _DOCS_DIR = flags.DEFINE_string(
     "docs_dir", None, "Also copy the tables and figure here, and keep every finished "
     "cell's record under <docs_dir>/ablations (a cell stopped before its end is parked "
     "there and continued by the same command on a fresh clone).")
+_RECOVER_ROWS_FROM = flags.DEFINE_string(
+    "recover_rows_from", None, "A study table (results.md) written before its rows were "
+    "kept in a .csv beside it: read its cells (2 decimals; all clients and sampled) into "
+    "the study's --docs_dir .csv, where rows already there win, redraw the table, stop.")
 _SETTINGS = settings.define_flags(__name__, names=("cache_head_features",))
 flags.mark_flag_as_required("study")
 
@@ -333,8 +342,8 @@ def loss_table(plan: Plan, rows: list[dict]) -> list[str]:
         found = [r for r in rows if r["algorithm"] == algorithm and all(
             r[name] == v for (name, _), v in zip(plan.vary, point))]
         means = [np.mean([np.nan if r.get(key) is None else r[key] for r in found])
-                 for key, _ in LOSSES]
-        texts.append("—" if not found else
+                 if found else np.nan for key, _ in LOSSES]
+        texts.append("—" if all(np.isnan(means)) else
                      f"{means[0]:.3g} / {means[1]:.2f}x / {means[2]:.3g}")
       lines.append(f"| {algorithm}{' ' + label if label else ''} | "
                    + " | ".join(texts) + " |")
@@ -349,7 +358,10 @@ def plot(plan: Plan, rows: list[dict]) -> None:
 
   first_name, first_values = plan.vary[0]
   panels = [None] if len(plan.vary) == 1 else list(plan.algorithms)
-  quantities = PROTOCOLS + (("train_loss", "train loss at the end"),)
+  quantities = [(metric, title)  # rows recovered from an old table lack some
+                for metric, title in PROTOCOLS + (("train_loss", "train loss at the end"),)
+                if any(r.get(f"{metric}_mean") is not None and np.isfinite(
+                    r[f"{metric}_mean"]) for r in rows)]
   fig, axes = plt.subplots(len(quantities), len(panels), squeeze=False, sharey="row",
                            figsize=(max(4.6 * len(panels) + 1, 8), 3.2 * len(quantities)),
                            layout="constrained")
@@ -390,7 +402,9 @@ def plot(plan: Plan, rows: list[dict]) -> None:
           ax.grid(alpha=0.3)
       for algorithm in [panel] if panel else plan.algorithms:
         paper = PAPER_ACCURACY.get((plan.dataset, algorithm, plan.degree))
-        for row, (metric, _) in enumerate(quantities[:2] if paper else ()):
+        for row, (metric, _) in enumerate(quantities if paper else ()):
+          if metric not in ("accuracy", "sampled_pooled"):
+            continue
           # The paper's table figure, on both accuracy panels (its protocol: sampled).
           axes[row][column].axhline(100 * paper, ls="--", lw=1, color="0.4",
                                     label=f"paper: {algorithm} {100 * paper:.2f}")
@@ -455,6 +469,110 @@ def tabulate(plan: Plan, fresh: list[dict]) -> None:
                       os.path.join(_DOCS_DIR.value, f"{plan.docs_name}.{suffix}"))
 
 
+def unkept_docs_table(plan: Plan) -> Optional[str]:
+  """The study's --docs_dir table if no .csv of its rows lies beside it (written before
+  rows were kept): tabulating would replace it with this invocation's rows only."""
+  if not _DOCS_DIR.value:
+    return None
+  table = os.path.join(_DOCS_DIR.value, plan.docs_name + ".md")
+  kept = os.path.join(_DOCS_DIR.value, plan.docs_name + ".csv")
+  return table if os.path.exists(table) and not os.path.exists(kept) else None
+
+
+_TITLE = re.compile(r"^# Ablation `(?P<study>\w+)`", re.M)
+_SETTING_LINE = re.compile(r"^(?P<dataset>\w+), (?P<degree>\w+); .*?at T = (?P<rounds>\d+)",
+                           re.M)
+_CELL = re.compile(r"^(?P<mean>-?\d+\.\d+) ± (?P<std>\d+\.\d+|nan)"
+                   r"( \(shortened: T=\d+\))?$")
+
+
+def _setting_value(text: str, where: str) -> tuple[str, object]:
+  name, sep, value = text.partition("=")
+  if not sep or name not in VARIABLE:
+    raise UserError(f"{where}: {text!r} is not a varied setting=value")
+  try:
+    return name, settings.SETTINGS[name].kind(value)
+  except ValueError:
+    raise UserError(f"{where}: {name} takes {settings.SETTINGS[name].kind.__name__} "
+                    f"values, got {value!r}") from None
+
+
+def rows_from_table(plan: Plan, text: str, source: str) -> list[dict]:
+  """The cells of a study table (`write_table`'s format) as results.csv rows: for every
+  protocol the table has, `<metric>_mean` / `<metric>_std` from its "mean ± std" (in
+  %, 2 decimals), one seed each (`plan.seeds[0]`). Raises UserError naming what does
+  not fit the plan: another study, dataset, degree or setting; a mean over seeds."""
+  title, setting = _TITLE.search(text), _SETTING_LINE.search(text)
+  if not title or not setting:
+    raise UserError(f"{source}: not a study table (no '# Ablation' title and "
+                    "'<dataset>, <degree>; ... at T = <rounds>' line)")
+  found = (title["study"], setting["dataset"], setting["degree"])
+  if found != (plan.study, plan.dataset, plan.degree):
+    raise UserError(f"{source} holds study {found[0]} on {found[1]} {found[2]}, this "
+                    f"invocation {plan.study} on {plan.dataset} {plan.degree}")
+  metrics = {f"## {title}": metric for metric, title in PROTOCOLS}
+  rows: dict[tuple, dict] = {}
+  metric, columns = None, None
+  for number, line in enumerate(text.splitlines(), 1):
+    where = f"{source}:{number}"
+    if line.startswith("## "):
+      metric, columns = metrics.get(line.strip()), None
+      continue
+    if metric is None or not line.startswith("|") or line.startswith("|---"):
+      continue
+    cells_text = [c.strip() for c in line.strip().strip("|").split("|")]
+    if columns is None:  # the header: algorithm | name=value | ...
+      columns = [_setting_value(c, where) for c in cells_text[1:]]
+      continue
+    algorithm, *second = cells_text[0].split(" ")
+    second = [_setting_value(c, where) for c in second]
+    names = tuple(name for name, _ in columns[:1] + second)
+    if names != tuple(name for name, _ in plan.vary):
+      raise UserError(f"{where}: the table varies {','.join(names)}, this invocation "
+                      f"{plan.varied}")
+    for (name, value), cell in zip(columns, cells_text[1:]):
+      if cell == "—":
+        continue
+      match = _CELL.match(cell)
+      if not match:
+        raise UserError(f"{where}: {cell!r} is not one seed's 'mean ± std' (a mean "
+                        "over seeds cannot be split into its seeds)")
+      point = dict([(name, value)] + second)
+      key = (algorithm,) + tuple(point.values())
+      row = rows.setdefault(key, dict(
+          dataset=plan.dataset, degree=plan.degree, algorithm=algorithm,
+          seed=plan.seeds[0], varied=plan.varied, **point,
+          rounds=int(setting["rounds"]), paper_rounds=plan.paper_rounds,
+          run_dir=f"recovered from {source} (2 decimals; its runs are gone)"))
+      row[f"{metric}_mean"] = float(match["mean"]) / 100
+      row[f"{metric}_std"] = float(match["std"]) / 100
+  return list(rows.values())
+
+
+def recover_rows(plan: Plan, source: str) -> None:
+  """`rows_from_table` of `source` added to the study's --docs_dir .csv (rows already
+  there win); the table and figure redrawn from all of them."""
+  if not _DOCS_DIR.value:
+    raise UserError("--recover_rows_from needs --docs_dir (where the rows are kept)")
+  try:
+    with open(source) as f:
+      text = f.read()
+  except OSError as e:
+    raise UserError(f"--recover_rows_from: cannot read {source}: "
+                    f"{e.strerror or e}") from None
+  recovered = rows_from_table(plan, text, source)
+  kept = os.path.join(_DOCS_DIR.value, plan.docs_name + ".csv")
+  rows = {_row_key(plan, r): r for r in recovered}
+  rows.update((_row_key(plan, r), r)
+              for r in grid.read_results(kept, text_fields(plan.vary)))
+  fields = list(dict.fromkeys(k for r in rows.values() for k in r))
+  os.makedirs(_DOCS_DIR.value, exist_ok=True)
+  grid.write_results(kept, list(rows.values()), fields)
+  os.makedirs(plan.directory, exist_ok=True)
+  tabulate(plan, [])
+  print(f"{len(recovered)} rows read from {source} into {kept}", flush=True)
+
+
 def run_cell(plan: Plan, label: str, algorithm: str, point: tuple, seed: int) -> bool:
   """Runs the cell unless another live process claims it (False); a run parked in its
   record is continued, and one that stops before its end is parked there
@@ -475,6 +593,14 @@ def run_cell(plan: Plan, label: str, algorithm: str, point: tuple, seed: int) ->
 def main(argv) -> None:
   from tff_pflego import experiment
   plan = make_plan()
+  if _RECOVER_ROWS_FROM.value:
+    recover_rows(plan, _RECOVER_ROWS_FROM.value)
+    return
+  unkept = unkept_docs_table(plan)
+  if unkept:
+    raise UserError(
+        f"{unkept} has no .csv of its rows beside it, so this study would replace its "
+        f"table; keep them first: the same command with --recover_rows_from={unkept}")
   work = [(a, p, s) for a in plan.algorithms for p in plan.points() for s in plan.seeds]
   for cell in work:  # every cell to run checked before any runs
     if plan.source(*cell) is None:

@@ -165,3 +165,68 @@ def test_a_choice_is_varied_and_the_study_outlives_its_runs(prepared, tmp_path):
   assert again.returncode == 0, again.stderr[-3000:]
   assert again.stdout.count("done, skipped") == 2 and "running" not in again.stdout
   assert (docs / "ablation_server_rate_fashion_mnist_high_T3.md").read_text() == table
+
+
+OLD_TABLE = """# Ablation `participation`: participation rate r = clients_per_round / I
+
+fashion_mnist, high; every other setting the paper's; test accuracy (%) at T = 3 (shortened: the paper's T is 200); mean ± std over the last 10 evaluations, or over seeds (n=).
+
+## all clients
+
+| algorithm | clients_per_round=2 | clients_per_round=5 |
+|---|---|---|
+| pflego num_clients=5 | 91.25 ± 0.50 (shortened: T=3) | — |
+
+## sampled clients
+
+| algorithm | clients_per_round=2 | clients_per_round=5 |
+|---|---|---|
+| pflego num_clients=5 | 93.10 ± 1.20 (shortened: T=3) | 94.00 ± 0.80 (shortened: T=3) |
+"""
+
+
+def test_a_table_whose_rows_were_never_kept_is_recovered_not_replaced(tmp_path):
+  """A --docs_dir table written before its .csv was kept: a study refuses to replace
+  it (one line, exit 2, before any cell), --recover_rows_from reads its cells into the
+  .csv and the redrawn table holds the same cells; a table that does not fit is refused."""
+  out, docs = tmp_path / "ablate", tmp_path / "docs"
+  docs.mkdir()
+  table = docs / "ablation_participation_fashion_mnist_high_T3.md"
+  table.write_text(OLD_TABLE)
+  args = _study(str(tmp_path), str(out), "clients_per_round=2,5", "num_clients=5") + [
+      f"--docs_dir={docs}"]
+  refused = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=300)
+  assert refused.returncode == 2
+  assert refused.stderr.strip() == (
+      f"error: {table} has no .csv of its rows beside it, so this study would replace "
+      f"its table; keep them first: the same command with --recover_rows_from={table}")
+  assert table.read_text() == OLD_TABLE and not out.exists()
+
+  recovered = subprocess.run(args + [f"--recover_rows_from={table}"], env=ENV,
+                             capture_output=True, text=True, timeout=300)
+  assert recovered.returncode == 0, recovered.stderr[-3000:]
+  rows = {int(r["clients_per_round"]): r for r in grid.read_results(
+      str(docs / "ablation_participation_fashion_mnist_high_T3.csv"))}
+  assert sorted(rows) == [2, 5]
+  assert [rows[2][k] for k in ("accuracy_mean", "accuracy_std", "sampled_pooled_mean",
+                               "sampled_pooled_std", "num_clients", "seed", "rounds")] == [
+      pytest.approx(0.9125), pytest.approx(0.005), pytest.approx(0.931),
+      pytest.approx(0.012), 5, 0, 3]
+  assert rows[5]["accuracy_mean"] is None
+  assert rows[5]["sampled_pooled_mean"] == pytest.approx(0.94)
+  redrawn = table.read_text()
+  assert redrawn.startswith(OLD_TABLE)  # the same cells, then the sections it lacked
+  # Now kept, the table no longer stops the study (which then needs its data).
+  assert "has no .csv" not in subprocess.run(args, env=ENV, capture_output=True,
+                                             text=True, timeout=300).stderr
+
+  for wrong, message in ((OLD_TABLE.replace("`participation`", "`tau`"),
+                          "holds study tau on fashion_mnist high"),
+                         (OLD_TABLE.replace("94.00 ± 0.80", "94.00 ± 0.80 (n=3)"),
+                          "a mean over seeds cannot be split into its seeds")):
+    other = tmp_path / "other.md"
+    other.write_text(wrong)
+    result = subprocess.run(args + [f"--recover_rows_from={other}"], env=ENV,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
