@@ -163,10 +163,27 @@ def text_fields(vary: Vary) -> tuple[str, ...]:
   return tuple(name for name, values in vary if categorical(values))
 
 
+def setting_values(name: str, values_text: str, where: str) -> tuple:
+  """`values_text` (v1,v2,...) as values of the varied setting `name`, each parsed and
+  checked as the setting's own flag would be. Raises UserError starting with `where`."""
+  if name not in VARIABLE:
+    raise UserError(f"{where}: {name!r} cannot be varied; choose from "
+                    f"{', '.join(VARIABLE)}")
+  setting = settings.SETTINGS[name]
+  try:
+    values = tuple(setting.kind(v) for v in values_text.split(","))
+  except ValueError:
+    raise UserError(f"{where}: {name} takes {setting.kind.__name__} values, got "
+                    f"{values_text!r}") from None
+  for value in values:
+    problem = setting.problem(value)
+    if problem:
+      raise UserError(f"{where}: {problem}")
+  return values
+
+
 def parse_vary(texts: Optional[list[str]], default: Vary) -> Vary:
-  """`--vary` values as (setting, values); each value parsed and checked as the
-  setting's own flag would be. Raises UserError naming the problem."""
-  from tff_pflego import settings
+  """`--vary` values as (setting, values). Raises UserError naming the problem."""
   if not texts:
     return default
   if len(texts) > 2:
@@ -176,23 +193,11 @@ def parse_vary(texts: Optional[list[str]], default: Vary) -> Vary:
     name, sep, values_text = text.partition("=")
     if not sep or not values_text:
       raise UserError(f"--vary wants name=v1,v2,..., got {text!r}")
-    if name not in VARIABLE:
-      raise UserError(f"--vary: {name!r} cannot be varied; choose from "
-                      f"{', '.join(VARIABLE)}")
     if name in (n for n, _ in parsed):
       raise UserError(f"--vary: {name} given twice")
-    setting = settings.SETTINGS[name]
-    try:
-      values = tuple(setting.kind(v) for v in values_text.split(","))
-    except ValueError:
-      raise UserError(f"--vary: {name} takes {setting.kind.__name__} values, got "
-                      f"{values_text!r}") from None
+    values = setting_values(name, values_text, "--vary")
     if len(set(values)) != len(values):
       raise UserError(f"--vary: {name} repeats a value in {values_text!r}")
-    for value in values:
-      problem = setting.problem(value)
-      if problem:
-        raise UserError(f"--vary: {problem}")
     parsed.append((name, values))
   return tuple(parsed)
 
@@ -488,13 +493,10 @@ _CELL = re.compile(r"^(?P<mean>-?\d+\.\d+) ± (?P<std>\d+\.\d+|nan)"
 
 def _setting_value(text: str, where: str) -> tuple[str, object]:
   name, sep, value = text.partition("=")
-  if not sep or name not in VARIABLE:
-    raise UserError(f"{where}: {text!r} is not a varied setting=value")
-  try:
-    return name, settings.SETTINGS[name].kind(value)
-  except ValueError:
-    raise UserError(f"{where}: {name} takes {settings.SETTINGS[name].kind.__name__} "
-                    f"values, got {value!r}") from None
+  values = setting_values(name, value, where) if sep else ()
+  if len(values) != 1:
+    raise UserError(f"{where}: {text!r} is not one varied setting=value")
+  return name, values[0]
 
 
 def rows_from_table(plan: Plan, text: str, source: str) -> list[dict]:

@@ -217,10 +217,22 @@ def test_a_table_whose_rows_were_never_kept_is_recovered_not_replaced(tmp_path):
   redrawn = table.read_text()
   assert redrawn.startswith(OLD_TABLE)  # the same cells, then the sections it lacked
 
+  kept = (docs / "ablation_participation_fashion_mnist_high_T3.csv").read_text()
+  shutil.rmtree(out)  # a fresh clone: the rows are kept in --docs_dir only
+  stale = tmp_path / "stale.md"  # the same cells with other numbers: the kept rows win
+  stale.write_text(OLD_TABLE.replace("91.25", "50.00").replace("94.00", "10.00"))
+  again = subprocess.run(args + [f"--recover_rows_from={stale}"], env=ENV,
+                         capture_output=True, text=True, timeout=300)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert (docs / "ablation_participation_fashion_mnist_high_T3.csv").read_text() == kept
+  assert table.read_text() == redrawn
+
   for wrong, message in ((OLD_TABLE.replace("`participation`", "`tau`"),
                           "holds study tau on fashion_mnist high"),
                          (OLD_TABLE.replace("94.00 ± 0.80", "94.00 ± 0.80 (n=3)"),
-                          "a mean over seeds cannot be split into its seeds")):
+                          "a mean over seeds cannot be split into its seeds"),
+                         (OLD_TABLE.replace("clients_per_round=5 |", "clients_per_round=x |"),
+                          "clients_per_round takes int values, got 'x'")):
     other = tmp_path / "other.md"
     other.write_text(wrong)
     result = subprocess.run(args + [f"--recover_rows_from={other}"], env=ENV,
