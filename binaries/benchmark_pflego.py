@@ -11,6 +11,11 @@ r"""PFLEGO benchmark: accuracy at the paper's setting, and TFF's overhead per ro
    plain `tf.function` loop reading the client files (then cached) and (c) as the same
    loop over client data held in memory as tensors, interleaved round by round in one
    process; the bodies after the rounds must agree. Goal: TFF / plain <= 1.3.
+   Every round also records max |theta_TFF - theta_plain| and, as the yardstick of
+   float32 rounding, the same difference between the in-memory loop and an untimed
+   copy of it that sums the clients' updates in reverse order (the only difference
+   between the two); `--overhead_server_optimizer=sgd` runs the rounds without Adam's
+   normalized steps, which turn last-bit differences into steps of up to rho.
 
 Writes benchmark.json and benchmark.png to --output_dir and prints a table.
 """
@@ -38,6 +43,11 @@ _SKIP_ACCURACY = flags.DEFINE_bool("skip_accuracy", False, "Only measure the ove
 _OVERHEAD_ROUNDS = flags.DEFINE_integer("overhead_rounds", 20, "Rounds timed per mode.")
 _TARGET = flags.DEFINE_float("target_accuracy", 0.975, "Accuracy goal (fraction).")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Prepared data (default: data/).")
+_SERVER_OPTIMIZER = flags.DEFINE_enum(
+    "overhead_server_optimizer", "adam", ["adam", "sgd"],
+    "The overhead rounds' server optimizer (the paper's: adam).")
+_SERVER_LR = flags.DEFINE_float(
+    "overhead_server_lr", 0.002, "The overhead rounds' server rate rho (the paper's: .002).")
 
 
 def accuracy_part(output_dir: str) -> dict:
@@ -77,7 +87,8 @@ def overhead_part(num_rounds: int) -> dict:
   config = settings.algorithm_config(
       body="mlp", image_shape=(28, 28, 1), max_classes=2,
       total_examples=int(data.num_train_examples.sum()), participation_prob=0.2,
-      local_steps=50, client_lr=0.006, server_lr=0.002, server_optimizer="adam",
+      local_steps=50, client_lr=0.006, server_lr=_SERVER_LR.value,
+      server_optimizer=_SERVER_OPTIMIZER.value,
       prox_mu=0.0)
   hparams = dict(local_steps=config.local_steps, client_lr=config.client_lr,
                  server_lr=config.server_lr,
@@ -96,7 +107,8 @@ def overhead_part(num_rounds: int) -> dict:
     body = algorithm.body_fn()
     update = tf.function(pflego.make_client_update(
         body, instrumentation.BodyPassCounter(), max_classes=2, **hparams))
-    optimizer = server_optimizers.build_server_optimizer("adam", config.server_lr)
+    optimizer = server_optimizers.build_server_optimizer(config.server_optimizer,
+                                                         config.server_lr)
 
     def file_dataset(i):
       return data.train.create_tf_dataset_for_client(data.client_ids[i]).cache()
@@ -105,7 +117,7 @@ def overhead_part(num_rounds: int) -> dict:
       x, y = data.client_arrays(i)
       return tf.data.Dataset.from_tensors({"x": tf.constant(x), "y": tf.constant(y)})
 
-    def make_plain_round(dataset_of):
+    def make_plain_round(dataset_of, reverse_sum: bool = False):
       theta = [tf.constant(w) for w in state.model.trainable]
       opt_state = optimizer.initialize([tf.TensorSpec(w.shape, w.dtype) for w in theta])
       cached = {}
@@ -113,30 +125,35 @@ def overhead_part(num_rounds: int) -> dict:
       def plain_round(indices, states):
         nonlocal theta, opt_state
         weights = tff.learning.models.ModelWeights(trainable=theta, non_trainable=[])
-        total, weighted, new_states = 0.0, None, []
+        summands, new_states = [], []
         for i, s in zip(indices, states):
           if i not in cached:
             cached[i] = dataset_of(i)
           out = update(weights, cached[i], s)
           n = float(out["update_weight"])
-          total += n
-          g = [n * u for u in out["update"]]
-          weighted = g if weighted is None else [a + b for a, b in zip(weighted, g)]
+          summands.append([n * u for u in out["update"]])
           new_states.append(tf.nest.map_structure(lambda t: t.numpy(),
                                                   out["client_state"]))
+        if reverse_sum:
+          summands.reverse()
+        weighted = summands[0]
+        for g in summands[1:]:
+          weighted = [a + b for a, b in zip(weighted, g)]
         estimate = [w / (config.participation_prob * config.total_examples)
                     for w in weighted]
         opt_state, theta = optimizer.next(opt_state, theta, estimate)
         return new_states
 
-      plain_round.body = lambda: theta
+      plain_round.body = lambda: [t.numpy() for t in theta]
       return plain_round
 
     plain = {"plain": make_plain_round(file_dataset),
              "plain_memory": make_plain_round(memory_dataset)}
+    untimed = {"plain_memory_reversed": make_plain_round(memory_dataset,
+                                                         reverse_sum=True)}
     init = lambda i: algorithm.initial_client_state(i, 2)
-    stores = {name: ClientStateStore(init) for name in ("tff", *plain)}
-    times = collections.defaultdict(list)
+    stores = {name: ClientStateStore(init) for name in ("tff", *plain, *untimed)}
+    times, differences = collections.defaultdict(list), collections.defaultdict(list)
     for r in range(num_rounds + 1):  # round 0 warms all up (tracing) and is not timed
       indices = sampler.sample()
       t0 = time.perf_counter()
@@ -149,19 +166,31 @@ def overhead_part(num_rounds: int) -> dict:
         new_states = plain_round(indices, stores[name].get(indices))
         elapsed[name] = time.perf_counter() - t0
         stores[name].update(new_states, indices)
+      for name, plain_round in untimed.items():
+        stores[name].update(plain_round(indices, stores[name].get(indices)), indices)
       if r > 0:
         for name, seconds in elapsed.items():
           times[name].append(seconds)
-    max_diff = max(float(np.max(np.abs(np.asarray(a) - b.numpy())))
-                   for p in plain.values()
-                   for a, b in zip(state.model.trainable, p.body()))
+      bodies = {"tff": state.model.trainable, **{
+          name: p.body() for name, p in {**plain, **untimed}.items()}}
+      for a, b in (("tff", "plain"), ("tff", "plain_memory"),
+                   ("plain_memory", "plain_memory_reversed")):
+        differences[f"{a}_vs_{b}"].append(_max_abs_difference(bodies[a], bodies[b]))
+    max_diff = max(differences["tff_vs_plain"][-1],
+                   differences["tff_vs_plain_memory"][-1])
   median = {name: float(np.median(t)) for name, t in times.items()}
   return dict(rounds=num_rounds, clients_per_round=20, local_steps=50,
               tff_round_s=median["tff"], plain_round_s=median["plain"],
               plain_memory_round_s=median["plain_memory"],
               ratio=median["tff"] / median["plain"],
               ratio_vs_memory=median["tff"] / median["plain_memory"], goal_ratio=1.3,
-              max_abs_body_difference=max_diff, times=dict(times))
+              server_optimizer=config.server_optimizer, server_lr=config.server_lr,
+              max_abs_body_difference=max_diff,
+              body_difference_per_round=dict(differences), times=dict(times))
+
+
+def _max_abs_difference(a, b) -> float:
+  return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(a, b))
 
 
 def plot(path: str, results: dict) -> None:
@@ -169,6 +198,8 @@ def plot(path: str, results: dict) -> None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   panels = [p for p in ("overhead", "accuracy") if p in results]
+  if "body_difference_per_round" in results.get("overhead", {}):
+    panels.insert(1, "difference")
   fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4),
                            constrained_layout=True, squeeze=False)
   for ax, panel in zip(axes[0], panels):
@@ -179,8 +210,21 @@ def plot(path: str, results: dict) -> None:
                     color=["tab:gray", "silver", "tab:blue"])
       ax.bar_label(bars, fmt="%.3f s")
       ax.set(ylabel="seconds per round (median)",
-             title=f"Same PFLEGO rounds: TFF / plain = {o['ratio']:.2f}, "
-                   f"/ in-memory = {o['ratio_vs_memory']:.2f} (goal ≤ 1.3)")
+             title=f"Same PFLEGO rounds: TFF / plain = {o['ratio']:.2f},\n"
+                   f"TFF / in-memory = {o['ratio_vs_memory']:.2f} (goal ≤ 1.3)")
+    elif panel == "difference":
+      o = results["overhead"]
+      labels = {"tff_vs_plain": "TFF vs plain loop",
+                "tff_vs_plain_memory": "TFF vs in-memory loop",
+                "plain_memory_vs_plain_memory_reversed":
+                    "in-memory loop vs itself, clients summed in reverse"}
+      for key, label in labels.items():
+        values = o["body_difference_per_round"][key]
+        ax.semilogy(range(1, len(values) + 1), np.maximum(values, 1e-10), label=label)
+      ax.axhline(o["server_lr"], color="gray", ls=":", label=f"rho = {o['server_lr']:g}")
+      ax.set(xlabel="round (the first untimed)", ylabel="max |body difference|",
+             title=f"Same rounds, server optimizer {o['server_optimizer']}")
+      ax.legend(loc="upper left", fontsize=8)
     else:
       final = results["accuracy"]["final"]
       keys = ["test_accuracy_mean", "test_accuracy_sampled_pooled"]
