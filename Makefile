@@ -72,6 +72,10 @@ reproduce: setup
 	    --cache_head_features $(GO_ON); \
 	$(REPRODUCE) --datasets=omniglot --algorithms=fedrecon --eval_every=20 \
 	    --cache_head_features $(GO_ON); \
+	$(REPRODUCE) --datasets=fashion_mnist --degrees=high --algorithms=ditto \
+	    --seeds=1,2,3,4 $(GO_ON); \
+	$(REPRODUCE) --datasets=fashion_mnist --degrees=none --algorithms=fedavg \
+	    --seeds=1,2,3,4 $(GO_ON); \
 	$(REPRODUCE) --datasets=omniglot --rounds=100 --eval_every=20 --cache_head_features \
 	    --algorithms=fedbabu,fedrep,fedper,fedprox,fedavg,ditto $(GO_ON); \
 	$(REPRODUCE) --datasets=cifar10 --degrees=high --rounds=50 --cache_head_features \
