@@ -14,7 +14,7 @@ r"""PFLEGO benchmark: accuracy at the paper's setting, and TFF's overhead per ro
    Every round also records max |theta_TFF - theta_plain| and, as the yardstick of
    float32 rounding, the same difference between the in-memory loop and an untimed
    copy of it that sums the clients' updates in reverse order (the only difference
-   between the two); `--overhead_server_optimizer=sgd` runs the rounds without Adam's
+   between the two); `--server_optimizer=sgd` runs the rounds without Adam's
    normalized steps, which turn last-bit differences into steps of up to rho.
 
 Writes benchmark.json and benchmark.png to --output_dir and prints a table.
@@ -34,6 +34,7 @@ from absl import flags
 import numpy as np
 
 from tff_pflego import config
+from tff_pflego import settings
 
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/benchmark", "Where results go.")
@@ -43,11 +44,8 @@ _SKIP_ACCURACY = flags.DEFINE_bool("skip_accuracy", False, "Only measure the ove
 _OVERHEAD_ROUNDS = flags.DEFINE_integer("overhead_rounds", 20, "Rounds timed per mode.")
 _TARGET = flags.DEFINE_float("target_accuracy", 0.975, "Accuracy goal (fraction).")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Prepared data (default: data/).")
-_SERVER_OPTIMIZER = flags.DEFINE_enum(
-    "overhead_server_optimizer", "adam", ["adam", "sgd"],
-    "The overhead rounds' server optimizer (the paper's: adam).")
-_SERVER_LR = flags.DEFINE_float(
-    "overhead_server_lr", 0.002, "The overhead rounds' server rate rho (the paper's: .002).")
+# The overhead rounds' server optimizer and rate; unset: the paper's (Adam, .002).
+_SERVER = settings.define_flags(__name__, names=("server_optimizer", "server_lr"))
 
 
 def accuracy_part(output_dir: str) -> dict:
@@ -75,7 +73,6 @@ def overhead_part(num_rounds: int) -> dict:
   import tensorflow_federated as tff
   from tff_pflego import runtime
   from tff_pflego.algorithms import instrumentation, pflego, server_optimizers
-  from tff_pflego import settings
   from tff_pflego.algorithms.registry import build_algorithm
   from tff_pflego.data import load_federated_data
   from tff_pflego.training.client_store import ClientStateStore
@@ -87,8 +84,9 @@ def overhead_part(num_rounds: int) -> dict:
   config = settings.algorithm_config(
       body="mlp", image_shape=(28, 28, 1), max_classes=2,
       total_examples=int(data.num_train_examples.sum()), participation_prob=0.2,
-      local_steps=50, client_lr=0.006, server_lr=_SERVER_LR.value,
-      server_optimizer=_SERVER_OPTIMIZER.value,
+      local_steps=50, client_lr=0.006,
+      server_lr=0.002 if _SERVER["server_lr"].value is None else _SERVER["server_lr"].value,
+      server_optimizer=_SERVER["server_optimizer"].value or "adam",
       prox_mu=0.0)
   hparams = dict(local_steps=config.local_steps, client_lr=config.client_lr,
                  server_lr=config.server_lr,
