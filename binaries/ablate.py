@@ -405,18 +405,19 @@ def plot(plan: Plan, rows: list[dict]) -> None:
           ax.set_xticks([position[v] for v in first_values],
                         [value_text(v) for v in first_values])
           ax.grid(alpha=0.3)
-      for algorithm in [panel] if panel else plan.algorithms:
-        paper = PAPER_ACCURACY.get((plan.dataset, algorithm, plan.degree))
-        for row, (metric, _) in enumerate(quantities if paper else ()):
-          if metric not in ("accuracy", "sampled_pooled"):
-            continue
-          # The paper's table figure, on both accuracy panels (its protocol: sampled).
-          axes[row][column].axhline(100 * paper, ls="--", lw=1, color="0.4",
-                                    label=f"paper: {algorithm} {100 * paper:.2f}")
-      axes[0][column].set_title(panel or "")
-      axes[-1][column].set_xlabel(first_name)
-      if axes[0][column].get_legend_handles_labels()[0]:
-        axes[0][column].legend(fontsize=8)
+    for algorithm in [panel] if panel else plan.algorithms:
+      paper = PAPER_ACCURACY.get((plan.dataset, algorithm, plan.degree))
+      color = "0.4" if panel else f"C{plan.algorithms.index(algorithm)}"
+      for row, (metric, _) in enumerate(quantities if paper else ()):
+        if metric not in ("accuracy", "sampled_pooled"):
+          continue
+        # The paper's table figure, on both accuracy panels (its protocol: sampled).
+        axes[row][column].axhline(100 * paper, ls="--", lw=1, color=color,
+                                  label=f"paper: {algorithm} {100 * paper:.2f}")
+    axes[0][column].set_title(panel or "")
+    axes[-1][column].set_xlabel(first_name)
+    if axes[0][column].get_legend_handles_labels()[0]:
+      axes[0][column].legend(fontsize=8)
   low, high = min(position.values()), max(position.values())
   pad = 1.25 if log_x else 0.5 if categorical(first_values) else 0.05 * (high - low or 1)
   for ax in axes.flat:  # the same x range in every panel

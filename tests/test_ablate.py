@@ -239,3 +239,52 @@ def test_a_table_whose_rows_were_never_kept_is_recovered_not_replaced(tmp_path):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+PLOT_PROBE = """
+import importlib.util, json, os, sys
+from matplotlib.colors import to_hex
+import matplotlib.pyplot as plt
+spec = importlib.util.spec_from_file_location("ablate", sys.argv[1])
+ablate = importlib.util.module_from_spec(spec)
+sys.modules["ablate"] = ablate  # dataclasses resolve their module by name
+spec.loader.exec_module(ablate)
+ablate.flags.FLAGS(["ablate", "--study=participation", "--output_dir=" + sys.argv[2]])
+figures = []
+plt.close = figures.append  # keep what plot() closes (and "all", from matplotlib.use)
+algorithms = ("pflego", "fedper", "fedavg")
+plan = ablate.Plan("participation", "fashion_mnist", "high", algorithms,
+                   (("clients_per_round", (2, 5)),), (0,), 200, 200)
+rows = [dict(dataset="fashion_mnist", degree="high", algorithm=a, seed=0,
+             clients_per_round=r, rounds=200, paper_rounds=200,
+             accuracy_mean=0.9 + 0.01 * i, accuracy_std=0.001,
+             sampled_pooled_mean=0.91 + 0.01 * i, sampled_pooled_std=0.002)
+        for i, a in enumerate(algorithms) for r in (2, 5)]
+os.makedirs(plan.directory)
+ablate.plot(plan, rows)
+print(json.dumps([dict(
+    legend=ax.get_legend_handles_labels()[1] if ax.get_legend() else [],
+    algorithms={c.get_label(): to_hex(c.lines[0].get_color()) for c in ax.containers},
+    paper=[[l.get_label(), to_hex(l.get_color())] for l in ax.get_lines()
+           if l.get_label().startswith("paper")]) for ax in figures[-1].axes]))
+"""
+
+
+def test_the_figure_draws_each_papers_figure_once_in_its_algorithms_color(tmp_path):
+  """On both accuracy panels one dashed line per algorithm at the paper's figure, in
+  the algorithm's color; the legend lists each once."""
+  result = subprocess.run(
+      [sys.executable, "-c", PLOT_PROBE, os.path.join(REPO, "binaries", "ablate.py"),
+       str(tmp_path)], env=ENV, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  panels = json.loads(result.stdout.strip().splitlines()[-1])
+  from tff_pflego.config import PAPER_ACCURACY
+  algorithms = ("pflego", "fedper", "fedavg")
+  paper = [f"paper: {a} {100 * PAPER_ACCURACY[('fashion_mnist', a, 'high')]:.2f}"
+           for a in algorithms]
+  assert len(panels) == 2
+  assert panels[0]["legend"] == paper + list(algorithms)
+  for panel in panels:  # all clients, sampled
+    colors = panel["algorithms"]
+    assert sorted(colors) == sorted(algorithms) and len(set(colors.values())) == 3
+    assert panel["paper"] == [[label, colors[a]] for label, a in zip(paper, algorithms)]
