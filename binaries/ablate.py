@@ -444,6 +444,17 @@ def _kept_results(plan: Plan) -> list[str]:
   return paths
 
 
+def read_rows(plan: Plan, path: str) -> list[dict]:
+  """A study's results.csv (none: []), each varied setting as its own kind (an int
+  setting as 50, not the csv reader's 50.0)."""
+  rows = grid.read_results(path, text_fields(plan.vary))
+  for row in rows:
+    for name, _ in plan.vary:
+      if row.get(name) is not None:
+        row[name] = settings.SETTINGS[name].kind(row[name])
+  return rows
+
+
 def tabulate(plan: Plan, fresh: list[dict]) -> None:
   """results.csv, results.md and ablation.png of every finished cell of the study
   that varies the same settings: the earlier invocations' rows are kept (a fresh cell
@@ -452,7 +463,7 @@ def tabulate(plan: Plan, fresh: list[dict]) -> None:
   rows = {}
   for path in reversed(_kept_results(plan)):
     rows.update((_row_key(plan, r), r)
-                for r in grid.read_results(path, text_fields(plan.vary))
+                for r in read_rows(plan, path)
                 if r.get("varied") == plan.varied)
   rows.update((_row_key(plan, r), r) for r in fresh)
   rows = list(rows.values())
@@ -567,7 +578,7 @@ def recover_rows(plan: Plan, source: str) -> None:
   kept = os.path.join(_DOCS_DIR.value, plan.docs_name + ".csv")
   rows = {_row_key(plan, r): r for r in recovered}
   rows.update((_row_key(plan, r), r)
-              for r in grid.read_results(kept, text_fields(plan.vary)))
+              for r in read_rows(plan, kept))
   fields = list(dict.fromkeys(k for r in rows.values() for k in r))
   os.makedirs(_DOCS_DIR.value, exist_ok=True)
   grid.write_results(kept, list(rows.values()), fields)

@@ -3,6 +3,7 @@ setting is the paper's, the tables hold each run's own numbers, bad values cost 
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -208,6 +209,10 @@ def test_a_table_whose_rows_were_never_kept_is_recovered_not_replaced(tmp_path):
   rows = {int(r["clients_per_round"]): r for r in grid.read_results(
       str(docs / "ablation_participation_fashion_mnist_high_T3.csv"))}
   assert sorted(rows) == [2, 5]
+  with open(docs / "ablation_participation_fashion_mnist_high_T3.csv") as f:
+    raw = list(csv.DictReader(f))  # an int setting stays written as one
+  assert sorted((r["clients_per_round"], r["num_clients"]) for r in raw) == [
+      ("2", "5"), ("5", "5")]
   assert [rows[2][k] for k in ("accuracy_mean", "accuracy_std", "sampled_pooled_mean",
                                "sampled_pooled_std", "num_clients", "seed", "rounds")] == [
       pytest.approx(0.9125), pytest.approx(0.005), pytest.approx(0.931),
