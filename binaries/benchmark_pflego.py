@@ -74,6 +74,7 @@ def overhead_part(num_rounds: int) -> dict:
   from tff_pflego import runtime
   from tff_pflego.algorithms import instrumentation, pflego, server_optimizers
   from tff_pflego.algorithms.registry import build_algorithm
+  from tff_pflego.config import paper_defaults
   from tff_pflego.data import load_federated_data
   from tff_pflego.training.client_store import ClientStateStore
   from tff_pflego.training.sampling import ClientSampler
@@ -81,12 +82,14 @@ def overhead_part(num_rounds: int) -> dict:
   kwargs = {"data_dir": _DATA_DIR.value} if _DATA_DIR.value else {}
   data = load_federated_data("fashion_mnist", "high", 100, seed=0, **kwargs)
   sampler = ClientSampler(100, clients_per_round=20, seed=0)
+  paper = paper_defaults("fashion_mnist", "pflego", "high")
+  server_lr = _SERVER["server_lr"].value
   config = settings.algorithm_config(
       body="mlp", image_shape=(28, 28, 1), max_classes=2,
       total_examples=int(data.num_train_examples.sum()), participation_prob=0.2,
-      local_steps=50, client_lr=0.006,
-      server_lr=0.002 if _SERVER["server_lr"].value is None else _SERVER["server_lr"].value,
-      server_optimizer=_SERVER["server_optimizer"].value or "adam",
+      local_steps=paper.local_steps, client_lr=paper.client_lr,
+      server_lr=paper.server_lr if server_lr is None else server_lr,
+      server_optimizer=_SERVER["server_optimizer"].value or paper.server_optimizer,
       prox_mu=0.0)
   hparams = dict(local_steps=config.local_steps, client_lr=config.client_lr,
                  server_lr=config.server_lr,
