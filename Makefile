@@ -36,8 +36,7 @@ benchmark-cost: setup
 
 ## Memory over 1000 rounds (PFLEGO; FedAvg 250 rounds, shortened).
 benchmark-memory: setup
-	$(PY) binaries/benchmark_memory.py --algorithms=pflego --output_dir=runs/benchmark_memory
-	$(PY) binaries/benchmark_memory.py --algorithms=fedavg --rounds=250 \
+	$(PY) binaries/benchmark_memory.py --algorithms=pflego,fedavg --rounds=1000 \
 	    --output_dir=runs/benchmark_memory
 
 ## I = 10,000 clients (EMNIST-Letters): training round vs I = 100, all-client evaluation.
