@@ -11,6 +11,13 @@ leaves it running after Python exits, which holds a CI pipe open forever. Instea
   (KeyboardInterrupt) or SIGTERM (turned into `SystemExit(143)` while the context is
   active; the signal is also recorded, so a loop calling `raise_if_stopped` stops even
   when the handler's exception was swallowed), with an `atexit` hook as a last resort.
+
+Leaving a context closes its gRPC channels. TFF's remote values dispose of their
+worker-side copies from `weakref` finalizers, in batches; one that runs after the close
+(a value of a round a stop signal cut short, collected later or at exit) would print
+"Exception ignored in: <finalize object>" and a gRPC traceback. The contexts install
+`ignore_disposals_after_close`, which drops exactly that error: the worker it addressed
+is stopped or unreachable, so there is nothing left to dispose of.
 """
 
 from __future__ import annotations
@@ -25,9 +32,11 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+import traceback
 from typing import Callable, Iterator, Optional, Sequence
 
 import grpc
@@ -46,6 +55,34 @@ _GRPC_OPTIONS = [("grpc.max_message_length", -1),
                  ("grpc.max_receive_message_length", -1),
                  ("grpc.max_send_message_length", -1)]
 _LIVE_WORKERS: set["WorkerProcess"] = set()
+
+
+_CLOSED_CHANNEL = "Cannot invoke RPC on closed channel"
+
+
+def _is_disposal_after_close(unraisable) -> bool:
+  """Whether an unraisable exception is a TFF remote value's disposal on a closed channel."""
+  if not (isinstance(unraisable.exc_value, ValueError)
+          and _CLOSED_CHANNEL in str(unraisable.exc_value)):
+    return False
+  frames = traceback.extract_tb(unraisable.exc_traceback)
+  return any(frame.name == "_dispose" and frame.filename.endswith(
+      os.path.join("executors", "remote_executor.py")) for frame in frames)
+
+
+def ignore_disposals_after_close() -> None:
+  """Drops TFF's remote-value disposals that fail on a closed channel (module docstring);
+  every other unraisable exception still goes to the hook installed before. Idempotent."""
+  previous = sys.unraisablehook
+  if getattr(previous, "ignores_disposals_after_close", False):
+    return
+
+  def hook(unraisable) -> None:
+    if not _is_disposal_after_close(unraisable):
+      previous(unraisable)
+
+  hook.ignores_disposals_after_close = True
+  sys.unraisablehook = hook
 
 
 def worker_binary_path() -> str:
@@ -299,6 +336,7 @@ def local_execution_context(default_num_clients: int = 0, ready_timeout: float =
   `max_concurrent_computation_calls=1` runs one TensorFlow computation (one client's
   work) at a time: slower rounds, but per-client timings free of the other clients.
   """
+  ignore_disposals_after_close()
   worker = WorkerProcess(log_path=log_path,
                          max_concurrent_computation_calls=max_concurrent_computation_calls)
   previous = tff.framework.get_context_stack().current
@@ -336,6 +374,7 @@ def remote_execution_context(addresses: Sequence[str], ready_timeout: float = 30
     raise ValueError("remote_execution_context needs at least one worker address")
   for address in addresses:
     parse_address(address)
+  ignore_disposals_after_close()
   previous = tff.framework.get_context_stack().current
   channels = []
   try:
