@@ -34,7 +34,7 @@ benchmark: setup
 benchmark-cost: setup
 	$(PY) binaries/benchmark_cost.py --output_dir=runs/benchmark_cost
 
-## Memory over 1000 rounds (PFLEGO; FedAvg 250 rounds, shortened).
+## Memory over 1000 rounds, PFLEGO and FedAvg (~45 min on 2 cores).
 benchmark-memory: setup
 	$(PY) binaries/benchmark_memory.py --algorithms=pflego,fedavg --rounds=1000 \
 	    --output_dir=runs/benchmark_memory

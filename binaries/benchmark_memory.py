@@ -13,8 +13,8 @@ All-client evaluation at a large population (its time and the worker's peak memo
 is measured by binaries/benchmark_population.py.
 
 Writes benchmark_memory.json and benchmark_memory.png to --output_dir; parts run
-earlier into the same directory are kept (e.g. --algorithms=fedavg --rounds=250 adds
-FedAvg's long run to an earlier PFLEGO one).
+earlier into the same directory are kept (e.g. --algorithms=fedavg adds FedAvg's run
+to an earlier PFLEGO one).
 """
 
 from __future__ import annotations
