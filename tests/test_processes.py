@@ -64,7 +64,7 @@ def test_exception_inside_the_context_stops_the_worker():
 
 
 _DISPOSAL_AFTER_CLOSE = """
-import asyncio, gc, sys, time
+import asyncio, gc, sys
 import grpc, numpy as np
 import tensorflow_federated as tff
 from tff_pflego import runtime
@@ -74,9 +74,7 @@ worker = runtime.WorkerProcess()
 try:
   channel = grpc.insecure_channel(worker.address)
   stub = tff.framework.RemoteExecutorGrpcStub(channel)
-  deadline = time.monotonic() + 60
-  while not stub.is_ready and time.monotonic() < deadline:
-    time.sleep(0.2)
+  runtime._wait_until_ready(stub, worker.address, worker.process, timeout=60)
   executor = tff.framework.RemoteExecutor(stub, dispose_batch_size=1)
   executor.set_cardinalities({tff.CLIENTS: 1})
   value = asyncio.run(executor.create_value(np.int32(1), tff.TensorType(np.int32)))
@@ -109,7 +107,9 @@ def test_other_unraisable_errors_still_reach_the_previous_hook(monkeypatch):
   seen = []
   monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(str(u.exc_value)))
   runtime.ignore_disposals_after_close()
-  runtime.ignore_disposals_after_close()  # idempotent: one wrapper
+  wrapper = sys.unraisablehook
+  runtime.ignore_disposals_after_close()
+  assert sys.unraisablehook is wrapper  # idempotent: one wrapper, not two
 
   def fail(message):
     raise ValueError(message)
