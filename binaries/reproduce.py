@@ -509,6 +509,9 @@ def _seed_dirs(dataset: str, degree: str, algorithm: str) -> list[str]:
   return [d for d in done if rounds(d) == longest]
 
 
+REFIT_LABEL = "pflego after a head refit (its τ − 1 head steps)"
+
+
 def plot(dataset: str) -> None:
   """Train loss (top) and all-client test accuracy (bottom) per round, a column per
   degree that ran, a line per algorithm (several seeds: their mean, and a min-max band),
@@ -519,10 +522,11 @@ def plot(dataset: str) -> None:
   import matplotlib.pyplot as plt
 
   from tff_pflego.data import sources
+  from tff_pflego.training import grid
   degrees = [g for g in DEGREES if g in _listed(dataset)]
   fig, axes = plt.subplots(2, len(degrees), figsize=(max(5 * len(degrees), 8), 8),
                            layout="constrained", squeeze=False)
-  handles = {}
+  handles, seeds_by_degree = {}, {}
   present = [a for g in degrees for a in _listed(dataset, g)]
   one_alphabet = sources.get_dataset_spec(dataset).partition == "alphabets"
   for column, degree in enumerate(degrees):
@@ -550,19 +554,22 @@ def plot(dataset: str) -> None:
           refit = scale * np.array([[r[refit_key] for r in run[:length]] for run in runs])
           refit_line, = axes[row][column].plot(rounds, refit.mean(0), color=color, lw=1.4,
                                                ls=":", zorder=3)
-      label = algorithm + (f" ({len(runs)} seeds)" if len(runs) > 1 else "") + (
-          f" (shortened: T={total})" if total < paper_table_rounds(dataset) else "")
-      handles.setdefault(label, line)
+      shortened = total < paper_table_rounds(dataset)
+      handles.setdefault((algorithm, shortened, total), line)
+      seeds_by_degree.setdefault((algorithm, shortened, total), {})[degree] = len(runs)
       if refit_line is not None:
-        handles.setdefault("pflego after a head refit (its τ − 1 head steps)", refit_line)
+        handles.setdefault(REFIT_LABEL, refit_line)
     axes[0][column].set(title="one alphabet per client" if one_alphabet
                         else DEGREE_TITLES.get(degree, degree), yscale="log",
                         ylabel="train loss L(ψ) (log)")
     axes[1][column].set(xlabel="round", ylabel="test accuracy, all clients (%)")
     for ax in (axes[0][column], axes[1][column]):
       ax.grid(alpha=0.3)
+  labels = [key if key == REFIT_LABEL else
+            grid.legend_label(key[0], seeds_by_degree[key], key[2] if key[1] else None)
+            for key in handles]
   if handles:  # none while every cell of the dataset is still running
-    fig.legend(handles.values(), handles.keys(), loc="outside lower center",
+    fig.legend(handles.values(), labels, loc="outside lower center",
                ncol=min(len(handles), 5), frameon=False)
   fig.suptitle(f"{dataset}: train loss and all-client test accuracy per round\n"
                "(several seeds: mean line, min-max band)")

@@ -110,3 +110,14 @@ def test_the_most_specific_note_explains_a_cell():
   assert grid.note_for(notes, "mnist", "high", "fedrep", "all") == "mnist"
   assert grid.note_for(notes, "cifar10", "none", "fedrep", "all") == "any dataset"
   assert grid.note_for(notes, "cifar10", "none", "fedrep", "sampled") is None
+
+
+def test_the_legend_names_each_algorithm_once_with_its_seeds_per_degree():
+  assert grid.legend_label("fedper", {"high": 1, "medium": 1, "none": 1}) == "fedper"
+  assert grid.legend_label("pflego", {"high": 5, "none": 5}) == "pflego (5 seeds)"
+  assert (grid.legend_label("ditto", {"high": 5, "medium": 1, "none": 1})
+          == "ditto (5 seeds at High)")
+  assert (grid.legend_label("fedavg", {"high": 1, "medium": 3, "none": 5})
+          == "fedavg (3 seeds at Medium, 5 seeds at None)")
+  assert (grid.legend_label("fedavg", {"high": 1}, shortened_rounds=50)
+          == "fedavg (shortened: T=50)")

@@ -25,7 +25,7 @@ import numpy as np
 
 CELL_KEY = ("dataset", "degree", "algorithm", "seed")
 _TEXT_FIELDS = ("dataset", "degree", "algorithm", "run_dir", "varied")
-_INT_FIELDS = ("seed", "rounds", "paper_rounds")
+_INT_FIELDS = ("seed", "rounds", "paper_rounds", "head_features_cached")
 
 
 def _parse(row: dict[str, str], text_fields: Sequence[str] = ()) -> dict:
@@ -174,3 +174,20 @@ def largest_rise(losses: Sequence[float]) -> float:
 
 def _finite(value) -> bool:
   return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def legend_label(algorithm: str, seeds_by_degree: dict[str, int],
+                 shortened_rounds: Optional[int] = None) -> str:
+  """One legend entry per algorithm, whatever the panels: its seed count when it drew
+  several ("5 seeds", or "5 seeds at High" when the degrees differ), and T when it is
+  shortened."""
+  counts = set(seeds_by_degree.values())
+  label = algorithm
+  if counts == {max(counts)} and max(counts) > 1:
+    label += f" ({max(counts)} seeds)"
+  elif len(counts) > 1:
+    label += " (" + ", ".join(f"{n} seeds at {degree.capitalize()}"
+                              for degree, n in seeds_by_degree.items() if n > 1) + ")"
+  if shortened_rounds is not None:
+    label += f" (shortened: T={shortened_rounds})"
+  return label
