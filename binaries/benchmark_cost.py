@@ -93,6 +93,7 @@ def measure(dataset: str, rounds: int, skip_first: bool = False,
   traces the computations), each in its execution context in `contexts` (default: the
   current one). Ratios to the reference are added by `with_ratios`."""
   from tff_pflego import experiment
+  from tff_pflego.algorithms import packed_metrics
 
   def running(name):
     import tensorflow_federated as tff
@@ -107,8 +108,8 @@ def measure(dataset: str, rounds: int, skip_first: bool = False,
     data, sampler = prepared.data, sampler or prepared.sampler
     with running(name):
       state = algorithm.process.initialize()
-    entries[name] = dict(algorithm=algorithm, process=algorithm.process, state=state,
-                         heads={})
+    entries[name] = dict(algorithm=algorithm, state=state, heads={},
+                         next=packed_metrics.unpacking_next(algorithm.process))
   records = {name: dict(client_time_s=[], client_compute_s=[], round_time_s=[],
                         forward=[], backward=[]) for name in entries}
   sampled = []
@@ -122,8 +123,7 @@ def measure(dataset: str, rounds: int, skip_first: bool = False,
           int(i), int(data.num_classes[i])) for i in clients]
       with running(name):
         start = time.monotonic()
-        entry["state"], new_states, metrics = entry["process"].next(entry["state"], ids,
-                                                                    states)
+        entry["state"], new_states, metrics = entry["next"](entry["state"], ids, states)
         elapsed = time.monotonic() - start
       heads.update({int(s["client_index"]): s for s in new_states})
       untimed = skip_first and round_index == 0

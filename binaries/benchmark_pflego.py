@@ -72,7 +72,7 @@ def overhead_part(num_rounds: int) -> dict:
   import tensorflow as tf
   import tensorflow_federated as tff
   from tff_pflego import runtime
-  from tff_pflego.algorithms import instrumentation, pflego, server_optimizers
+  from tff_pflego.algorithms import instrumentation, packed_metrics, pflego, server_optimizers
   from tff_pflego.algorithms.registry import build_algorithm
   from tff_pflego.config import paper_defaults
   from tff_pflego.data import load_federated_data
@@ -101,6 +101,7 @@ def overhead_part(num_rounds: int) -> dict:
     algorithm = build_algorithm("pflego", config, data.client_data_computations)
     process = algorithm.process
     state = process.initialize()
+    next_round = packed_metrics.unpacking_next(process)  # as the driver runs a round
 
     # Plain TF: the same client function, a Keras body, the same TFF optimizer, eager;
     # once with each client's data read through the same tf_fn (then cached), once
@@ -158,8 +159,8 @@ def overhead_part(num_rounds: int) -> dict:
     for r in range(num_rounds + 1):  # round 0 warms all up (tracing) and is not timed
       indices = sampler.sample()
       t0 = time.perf_counter()
-      state, states, _ = process.next(state, [data.client_ids[i] for i in indices],
-                                      stores["tff"].get(indices))
+      state, states, _ = next_round(state, [data.client_ids[i] for i in indices],
+                                    stores["tff"].get(indices))
       elapsed = {"tff": time.perf_counter() - t0}
       stores["tff"].update(states, indices)
       for name, plain_round in plain.items():

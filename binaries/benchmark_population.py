@@ -98,12 +98,14 @@ def _population(data, prepared, size: int, clients_per_round: int):
 
 
 def training_rounds(data, prepared) -> dict:
+  from tff_pflego.algorithms import packed_metrics
   from tff_pflego.training.client_store import ClientStateStore
 
   runs = {}
   for size in (_SMALL.value, data.num_clients):
     algorithm, ids, sampler = _population(data, prepared, size, 20)
     runs[size] = dict(algorithm=algorithm, ids=ids, sampler=sampler,
+                      next=packed_metrics.unpacking_next(algorithm.process),
                       state=algorithm.process.initialize(), times=[],
                       store=ClientStateStore(lambda i, a=algorithm: a.initial_client_state(
                           i, int(data.num_classes[i]))))
@@ -111,7 +113,7 @@ def training_rounds(data, prepared) -> dict:
     for run in runs.values():  # alternating: the same load for both
       chosen = run["sampler"].sample()
       start = time.monotonic()
-      run["state"], states, _ = run["algorithm"].process.next(
+      run["state"], states, _ = run["next"](
           run["state"], [run["ids"][i] for i in chosen], run["store"].get(chosen))
       run["store"].update(states, chosen)
       if round_index > 0:

@@ -71,7 +71,7 @@ def intrinsic_cost(num_clients: int = 20, repeats: int = 10) -> dict:
 def profile(names: list[str], rounds: int) -> dict:
   """Medians over `rounds` rounds of each algorithm in the current context."""
   from tff_pflego import experiment
-  from tff_pflego.algorithms import inspection
+  from tff_pflego.algorithms import inspection, packed_metrics
   from tff_pflego.training.client_store import ClientStateStore
 
   runs, data, sampler = {}, None, None
@@ -80,6 +80,7 @@ def profile(names: list[str], rounds: int) -> dict:
                                                       _DATA_DIR.value)
     data, sampler = prepared.data, sampler or prepared.sampler
     runs[name] = dict(algorithm=algorithm, state=algorithm.process.initialize(),
+                      next=packed_metrics.unpacking_next(algorithm.process),
                       store=ClientStateStore(lambda i, a=algorithm: a.initial_client_state(
                           i, int(data.num_classes[i]))),
                       round_s=[], data_s=[], compute_s=[])
@@ -88,8 +89,8 @@ def profile(names: list[str], rounds: int) -> dict:
     ids = [data.client_ids[i] for i in chosen]
     for run in runs.values():
       start = time.monotonic()
-      run["state"], states, metrics = run["algorithm"].process.next(
-          run["state"], ids, run["store"].get(chosen))
+      run["state"], states, metrics = run["next"](run["state"], ids,
+                                                 run["store"].get(chosen))
       elapsed = time.monotonic() - start
       run["store"].update(states, chosen)
       if round_index == 0:

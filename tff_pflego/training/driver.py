@@ -29,14 +29,14 @@ import dataclasses
 import logging
 import os
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow_federated as tff
 import tqdm
 
 from tff_pflego import files, runtime
-from tff_pflego.algorithms import composition
+from tff_pflego.algorithms import composition, packed_metrics
 from tff_pflego.algorithms.api import PersonalizedAlgorithm
 from tff_pflego.data.federated import FederatedData
 from tff_pflego.errors import UserError
@@ -82,6 +82,7 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
   after the last completed round is checkpointed, so no finished round is lost.
   """
   process = _process_on_client_ids(algorithm, data)
+  next_round = packed_metrics.unpacking_next(process)
   store = ClientStateStore(lambda i: algorithm.initial_client_state(i, data.num_classes[i]))
   evaluate_clients = _client_evaluation(algorithm, data, store, config.head_refit)
   evaluated = evaluation.evaluation_sample(data.num_clients, config.eval_clients,
@@ -109,7 +110,7 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
     for round_num in bar:
       runtime.raise_if_stopped()
       if round_num > 0:
-        state, row = _run_round(round_num, state, process, algorithm, data, sampler,
+        state, row = _run_round(round_num, state, next_round, algorithm, data, sampler,
                                 store, evaluate_clients, config.sampled_eval)
         releaser.release_round(round_num, row | traffic)
       if _evaluates(round_num, config):
@@ -186,7 +187,8 @@ def _starting_point(checkpoints: CheckpointManager, initial_state: Any,
   return committed, True
 
 
-def _run_round(round_num: int, state: Any, process, algorithm: PersonalizedAlgorithm,
+def _run_round(round_num: int, state: Any, next_round: Callable,
+               algorithm: PersonalizedAlgorithm,
                data: FederatedData, sampler: ClientSampler, store: ClientStateStore,
                evaluate_clients, sampled_eval: bool) -> tuple[Any, dict]:
   """One training round on the sampled clients -> (new server state, rounds.csv row)."""
@@ -195,7 +197,7 @@ def _run_round(round_num: int, state: Any, process, algorithm: PersonalizedAlgor
   t0 = time.monotonic()
   if len(reporting):
     ids = [data.client_ids[i] for i in reporting]
-    state, client_states, metrics = process.next(state, ids, store.get(reporting))
+    state, client_states, metrics = next_round(state, ids, store.get(reporting))
     refused = store.update(client_states, reporting)
   else:
     metrics, refused = None, 0

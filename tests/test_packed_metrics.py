@@ -1,0 +1,76 @@
+"""The driver's round (clients' metrics packed in the runtime, unpacked in Python) returns
+what the algorithm's own `next` returns, value for value and type for type."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tests import helpers
+from tff_pflego.algorithms import packed_metrics, registry
+
+SIZES, NUM_CLASSES = (5, 8, 11), (2, 3, 3)
+
+
+def _without_timings(clients):
+  return [collections.OrderedDict((k, v) for k, v in c.items()
+                                  if k not in helpers.TIMING_COLUMNS) for c in clients]
+
+
+@pytest.mark.parametrize("name", ["pflego", "fedrecon"])
+def test_unpacked_round_is_the_process_round(name):
+  algorithm = registry.build_algorithm(name, helpers.algorithm_config())
+  packed, _ = packed_metrics.with_packed_client_metrics(algorithm.process)
+  leaves = list(tff.structure.iter_elements(
+      algorithm.process.next.type_signature.result[2].clients.member))
+  assert packed.next.type_signature.result[2].clients.member == tff.TensorType(
+      np.float64, (len(leaves),))
+  next_round = packed_metrics.unpacking_next(algorithm.process)
+  data = [helpers.as_dataset(x, y) for x, y in
+          helpers.synthetic_clients(SIZES, NUM_CLASSES, seed=3)]
+  if algorithm.evaluates_in_round:
+    data = [collections.OrderedDict(train=d, test=d) for d in data]
+  states = [algorithm.initial_client_state(i, k) for i, k in enumerate(NUM_CLASSES)]
+  state = algorithm.process.initialize()
+  for _ in range(2):
+    want = algorithm.process.next(state, data, states)
+    got = next_round(state, data, states)
+    tf.nest.map_structure(np.testing.assert_array_equal, got[:2], want[:2])
+    tf.nest.map_structure(np.testing.assert_array_equal, got[2]["train"],
+                          want[2]["train"])
+    got_clients, want_clients = (_without_timings(m[2]["clients"]) for m in (got, want))
+    assert got_clients == want_clients  # the same keys, in order, and values
+    for g, w in zip(got_clients, want_clients):
+      assert [type(v) for v in g.values()] == [type(v) for v in w.values()]
+    assert [list(c) for c in got[2]["clients"]] == [list(c) for c in want[2]["clients"]]
+    state, states = want[0], want[1]
+  assert len({float(c["loss"]) for c in want_clients}) == len(SIZES)  # not all alike
+
+
+def test_metrics_float64_cannot_hold_exactly_are_not_packed():
+  exact = tff.types.StructWithPythonType(
+      [("loss", np.float32), ("count", np.int32), ("pair", tff.TensorType(np.float32, (2,)))],
+      collections.OrderedDict)
+  assert [dtype for _, dtype, _ in packed_metrics._leaves(exact)] == [
+      np.float32, np.int32, np.float32]
+  for inexact in ([("loss", np.float32), ("big", np.int64)],
+                  [("loss", np.float32), ("name", np.str_)],
+                  [("loss", np.float32), ("ragged", tff.TensorType(np.float32, (None,)))]):
+    assert packed_metrics._leaves(tff.types.StructWithPythonType(
+        inexact, collections.OrderedDict)) == []
+
+
+def test_unpack_restores_dtypes_shapes_and_values():
+  leaves = [("index", np.dtype(np.int32), ()), ("loss", np.dtype(np.float32), ()),
+            ("pair", np.dtype(np.float32), (2,))]
+  loss, pair = np.float32(0.1), np.array([1e-8, 3.3], np.float32)
+  vector = np.concatenate([[2**31 - 1], [loss], pair]).astype(np.float64)
+  (got,) = packed_metrics._unpacker(leaves, collections.OrderedDict)([vector])
+  assert list(got) == ["index", "loss", "pair"]
+  assert type(got["index"]) is np.int32 and got["index"] == 2**31 - 1
+  assert type(got["loss"]) is np.float32 and got["loss"] == loss
+  assert got["pair"].dtype == np.float32 and np.array_equal(got["pair"], pair)
