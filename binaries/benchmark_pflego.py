@@ -72,7 +72,8 @@ def overhead_part(num_rounds: int) -> dict:
   import tensorflow as tf
   import tensorflow_federated as tff
   from tff_pflego import runtime
-  from tff_pflego.algorithms import instrumentation, packed_metrics, pflego, server_optimizers
+  from tff_pflego.algorithms import (instrumentation, packed_metrics, pflego,
+                                     server_optimizers)
   from tff_pflego.algorithms.registry import build_algorithm
   from tff_pflego.config import paper_defaults
   from tff_pflego.data import load_federated_data

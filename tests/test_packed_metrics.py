@@ -53,13 +53,14 @@ def test_unpacked_round_is_the_process_round(name):
 
 def test_metrics_float64_cannot_hold_exactly_are_not_packed():
   exact = tff.types.StructWithPythonType(
-      [("loss", np.float32), ("count", np.int32), ("pair", tff.TensorType(np.float32, (2,)))],
-      collections.OrderedDict)
+      [("loss", np.float32), ("count", np.int32),
+       ("pair", tff.TensorType(np.float32, (2,)))], collections.OrderedDict)
   assert [dtype for _, dtype, _ in packed_metrics._leaves(exact)] == [
       np.float32, np.int32, np.float32]
   for inexact in ([("loss", np.float32), ("big", np.int64)],
                   [("loss", np.float32), ("name", np.str_)],
-                  [("loss", np.float32), ("ragged", tff.TensorType(np.float32, (None,)))]):
+                  [("loss", np.float32),
+                   ("ragged", tff.TensorType(np.float32, (None,)))]):
     assert packed_metrics._leaves(tff.types.StructWithPythonType(
         inexact, collections.OrderedDict)) == []
 
