@@ -75,3 +75,43 @@ def test_unpack_restores_dtypes_shapes_and_values():
   assert type(got["index"]) is np.int32 and got["index"] == 2**31 - 1
   assert type(got["loss"]) is np.float32 and got["loss"] == loss
   assert got["pair"].dtype == np.float32 and np.array_equal(got["pair"], pair)
+
+
+def _toy_process(metric_names):
+  """A process whose metrics are `metric_names`, each the server state except
+  `clients`: one {loss} struct per client."""
+  server_float = tff.FederatedType(np.float32, tff.SERVER)
+  clients_float = tff.FederatedType(np.float32, tff.CLIENTS)
+
+  @tff.tensorflow.computation(np.float32)
+  def as_metrics(x):
+    return collections.OrderedDict(loss=x)
+
+  @tff.federated_computation
+  def initialize():
+    return tff.federated_value(np.float32(0.0), tff.SERVER)
+
+  @tff.federated_computation(server_float, clients_float, clients_float)
+  def next_fn(state, data, client_states):
+    metrics = collections.OrderedDict(
+        (name, tff.federated_map(as_metrics, data) if name == "clients" else state)
+        for name in metric_names)
+    return state, client_states, metrics
+
+  return tff.templates.IterativeProcess(initialize, next_fn)
+
+
+def test_metrics_beside_train_and_clients_are_kept_unpacked():
+  packable = _toy_process(["train", "clients"])
+  packed, unpack = packed_metrics.with_packed_client_metrics(packable)
+  assert packed is not packable
+  state = packable.initialize()
+  data = [np.float32(1.5), np.float32(-2.0)]
+  got = unpack(packed.next(state, data, data)[2])
+  assert [c["loss"] for c in got["clients"]] == data
+  for extra in (["train", "clients", "extra"], ["clients", "train"]):
+    process = _toy_process(extra)
+    unwrapped, unpack = packed_metrics.with_packed_client_metrics(process)
+    assert unwrapped is process
+    metrics = process.next(state, data, data)[2]
+    assert list(unpack(metrics)) == extra
