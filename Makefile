@@ -88,7 +88,8 @@ reproduce: setup
 	    --seeds=1,2,3,4 $(GO_ON); \
 	$(REPRODUCE) --datasets=emnist_letters --algorithms=pflego $(GO_ON); \
 	$(REPRODUCE) --datasets=fashion_mnist \
-	    --algorithms=pflego,fedavg,fedper,fedprox,fedrep,fedbabu,ditto,fedrecon $(GO_ON); \
+	    --algorithms=pflego,fedavg,fedper,fedprox,fedrep,fedbabu,ditto,fedrecon,local_only \
+	    $(GO_ON); \
 	$(REPRODUCE) --datasets=mnist --algorithms=pflego --seeds=0,1,2,3,4 $(GO_ON); \
 	$(REPRODUCE) --datasets=mnist --degrees=high --algorithms=fedrecon,ditto,fedper,fedavg $(GO_ON); \
 	exit $$failed
