@@ -85,9 +85,8 @@ def with_packed_client_metrics(process: tff.templates.IterativeProcess
   `process.next` would have returned."""
   state_type, data_type, client_states_type = process.next.type_signature.parameter
   metrics_type = process.next.type_signature.result[2]
-  if not _is_train_and_clients(metrics_type):
-    return process, lambda metrics: metrics
-  clients_type = metrics_type.clients
+  clients_type = (metrics_type.clients if _is_train_and_clients(metrics_type)
+                  else None)
   leaves = (_leaves(clients_type.member)
             if isinstance(clients_type, tff.types.FederatedType) else [])
   if not leaves:
