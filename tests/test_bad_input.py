@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from typing import Callable
 
 import pytest
@@ -262,6 +263,23 @@ def test_every_setting_with_allowed_values_has_a_case():
                 if s.choices or s.range_text()}
   assert restricted - {c.setting for c in CASES} == set()
   assert len({c.name for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("flag", ["--rounds=-1", "--algorithm=sgd", "--dataset=imagenet",
+                                  "--head_step=half", "--partition=iid"])
+def test_a_flag_mistake_is_reported_before_tensorflow_loads(flag):
+  """A mistyped flag costs a user a fraction of a second, not TensorFlow's start-up."""
+  code = ("import runpy, sys\n"
+          "sys.argv = sys.argv[1:]\n"
+          "try:\n"
+          "  runpy.run_path(sys.argv[0], run_name='__main__')\n"
+          "except SystemExit as e:\n"
+          "  print('exit', e.code, sorted(m for m in ('tensorflow', 'tensorflow_datasets',\n"
+          "        'tensorflow_federated') if m in sys.modules))\n")
+  result = subprocess.run([sys.executable, "-c", code, TRAIN[1], flag], env=ENV,
+                          capture_output=True, text=True, timeout=120)
+  assert result.stdout.splitlines()[-1:] == ["exit 2 []"], result.stdout + result.stderr
+  assert f"error: flag {flag}" in result.stderr
 
 
 def test_the_python_api_checks_the_same_ranges():

@@ -62,8 +62,8 @@ def _parse_flags(argv: list[str]) -> list[str]:
 
 
 def run_main(main: Callable[[list[str]], None]) -> None:
-  from tff_pflego import runtime
-  runtime.forbid_implicit_workers()  # also drops TFF's default, which errs at exit
+  """Runs `main` under absl: a bad flag or argument is one line and exit 2 before
+  TensorFlow loads; a UserError is one line and exit 2, a RuntimeFailure exit 1."""
 
   def guarded(argv: list[str]) -> None:
     if not flags.FLAGS["verbosity"].present:  # INFO logs on request (--verbosity=0)
@@ -72,6 +72,8 @@ def run_main(main: Callable[[list[str]], None]) -> None:
       print(f"error: unexpected positional arguments: {' '.join(argv[1:])}",
             file=sys.stderr)
       sys.exit(2)
+    from tff_pflego import runtime
+    runtime.forbid_implicit_workers()  # also drops TFF's default, which errs at exit
     try:
       with runtime.stop_signals_as_exceptions():
         main(argv)

@@ -18,8 +18,9 @@ import sys
 from typing import Any, Optional, Sequence
 
 from tff_pflego import config
-from tff_pflego.data import federated, sources
+from tff_pflego.algorithms import options, registry
 from tff_pflego.data import partition as partition_lib
+from tff_pflego.data import sources
 from tff_pflego.errors import UserError
 
 
@@ -73,8 +74,6 @@ def _paper(value) -> str:
 
 
 def _settings() -> tuple[Setting, ...]:
-  from tff_pflego.algorithms import registry  # the one list of algorithm names
-  from tff_pflego.algorithms import pflego, server_optimizers
   return (
       Setting("dataset", str, "fashion_mnist", "Dataset.",
               choices=tuple(sorted(sources.DATASETS))),
@@ -88,7 +87,7 @@ def _settings() -> tuple[Setting, ...]:
               "holds --personalization's number of classes; Omniglot: one alphabet per "
               "client) or dirichlet (each class spread over the clients in "
               "Dirichlet(--dirichlet_alpha) proportions; K_i varies).",
-              choices=federated.PARTITIONS),
+              choices=partition_lib.PARTITIONS),
       Setting("class_assignment", str, "balanced",
               "--partition=classes: balanced (every class held by equally many clients) "
               "or independent (each client draws its classes uniformly without "
@@ -125,25 +124,25 @@ def _settings() -> tuple[Setting, ...]:
       Setting("server_optimizer", str, None,
               "Server optimizer. Default: adam for PFLEGO and FedRecon, sgd (model "
               "averaging) for the other baselines; ASCD-PFL has its own (its momentum "
-              "coupling) and ignores it.", choices=server_optimizers.NAMES),
+              "coupling) and ignores it.", choices=options.SERVER_OPTIMIZERS),
       Setting("server_lr_schedule", str, "constant",
               "The server rate over the run: constant (the paper's) or cosine "
               "(rho_t = rho (f + (1 - f)(1 + cos(pi (t - 1) / (T - 1))) / 2): rho in "
               "round 1, f rho in round T = --rounds; f = --server_lr_final_fraction).",
-              choices=server_optimizers.SCHEDULES),
+              choices=options.SERVER_LR_SCHEDULES),
       Setting("server_lr_final_fraction", float, 0.1,
               "--server_lr_schedule=cosine: the last round's rate as a fraction f of "
               "--server_lr.", above=0, maximum=1),
       Setting("head_step", str, "exact",
               "PFLEGO's final head step: exact (step rho/q * alpha_i, eq. 5) or "
               "paper_code (rho/q, eq. 3 and the reference code).",
-              choices=pflego.HEAD_STEPS),
+              choices=options.HEAD_STEPS),
       Setting("head_optimizer", str, "monotone_gd",
               "PFLEGO's tau-1 head-only steps: monotone_gd (gradient descent whose step "
               "is refused and halved when it would increase the client's loss; equals "
               "plain GD while GD is stable) or gd (the paper's plain GD, which "
               "oscillates at beta=.006 as the features grow).",
-              choices=pflego.HEAD_OPTIMIZERS),
+              choices=options.HEAD_OPTIMIZERS),
       Setting("seed", int, 0,
               "Seed of the partition, the initialization and the client sampling.",
               minimum=0),

@@ -40,10 +40,8 @@ from tff_pflego.algorithms.api import (AlgorithmConfig, ClientDataComputations,
                                        PersonalizedAlgorithm, ServerState)
 from tff_pflego.algorithms.model_types import (BodyFn, ModelTypes, initial_client_state,
                                                model_types)
+from tff_pflego.algorithms.options import HEAD_OPTIMIZERS, HEAD_STEPS
 from tff_pflego.models import assign_weights, heads
-
-HEAD_STEPS = ("exact", "paper_code")
-HEAD_OPTIMIZERS = ("gd", "monotone_gd")
 
 
 def transposed_head_loss(features: tf.Tensor, labels: tf.Tensor, mask: tf.Tensor,
@@ -259,7 +257,7 @@ def build_pflego_process(
     local_steps: tau >= 1; tau - 1 head-only steps precede the joint gradient.
     client_lr: beta, the head-only step size.
     server_lr: rho, the server (and final head) step size.
-    server_optimizer: a name in `server_optimizers.NAMES` or a `tff.learning.optimizers.Optimizer`.
+    server_optimizer: a name in `options.SERVER_OPTIMIZERS` or a `tff.learning.optimizers.Optimizer`.
     head_step: "exact" (rho/q * alpha_i, eq. 5) or "paper_code" (rho/q, eq. 3).
     head_optimizer: "gd" or "monotone_gd" for the tau - 1 head-only steps
       (`head_gradient_steps`).

@@ -1,34 +1,26 @@
 """The algorithms by name: the one list of them (flags, README and tests read it here).
 
-To add an algorithm: write its module with `build(config, client_data=None)` returning
-an `api.PersonalizedAlgorithm`, and add one line below.
+Each name is a module of `tff_pflego.algorithms` with `build(config, client_data=None)`
+returning an `api.PersonalizedAlgorithm`; the module loads when the algorithm is built,
+so that the list is known before TensorFlow loads. To add an algorithm: write its
+module and add its name below.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import importlib
+from typing import TYPE_CHECKING, Optional
 
-from tff_pflego.algorithms import (ascd_pfl, ditto, fedavg, fedbabu, fedper, fedprox, fedrecon,
-                                   fedrep, local_only, pflego)
-from tff_pflego.algorithms.api import (AlgorithmConfig, Builder, ClientDataComputations,
-                                       PersonalizedAlgorithm)
+if TYPE_CHECKING:
+  from tff_pflego.algorithms.api import (AlgorithmConfig, ClientDataComputations,
+                                         PersonalizedAlgorithm)
 
-ALGORITHMS: dict[str, Builder] = {
-    "pflego": pflego.build,
-    "fedavg": fedavg.build,
-    "fedprox": fedprox.build,
-    "fedper": fedper.build,
-    "fedrep": fedrep.build,
-    "fedbabu": fedbabu.build,
-    "ditto": ditto.build,
-    "fedrecon": fedrecon.build,
-    "local_only": local_only.build,
-    "ascd_pfl": ascd_pfl.build,
-}
+_NAMES = ("pflego", "fedavg", "fedprox", "fedper", "fedrep", "fedbabu", "ditto",
+          "fedrecon", "local_only", "ascd_pfl")
 
 
 def names() -> tuple[str, ...]:
-  return tuple(ALGORITHMS)
+  return _NAMES
 
 
 def build_algorithm(name: str, config: AlgorithmConfig,
@@ -37,6 +29,6 @@ def build_algorithm(name: str, config: AlgorithmConfig,
   """The algorithm `name`; with `client_data` (TFF computations client id -> the
   client's data), its `next` takes client ids and each client reads its data in its
   own computation."""
-  if name not in ALGORITHMS:
-    raise ValueError(f"unknown algorithm {name!r}; available: {', '.join(ALGORITHMS)}")
-  return ALGORITHMS[name](config, client_data)
+  if name not in _NAMES:
+    raise ValueError(f"unknown algorithm {name!r}; available: {', '.join(_NAMES)}")
+  return importlib.import_module(f"tff_pflego.algorithms.{name}").build(config, client_data)

@@ -10,8 +10,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-NAMES = ("adam", "sgd")
-SCHEDULES = ("constant", "cosine")
+from tff_pflego.algorithms.options import SERVER_LR_SCHEDULES, SERVER_OPTIMIZERS
 
 
 def cosine_rate(learning_rate: float, final_fraction: float, rounds: int
@@ -39,7 +38,7 @@ def build_server_optimizer(name: str, learning_rate: float, schedule: str = "con
   elif name == "sgd":
     optimizer = tff.learning.optimizers.build_sgdm(learning_rate=learning_rate)
   else:
-    raise ValueError(f"unknown server optimizer {name!r}; choose one of {NAMES}")
+    raise ValueError(f"unknown server optimizer {name!r}; choose one of {SERVER_OPTIMIZERS}")
   if schedule == "constant":
     return optimizer
   if schedule == "cosine":
@@ -47,7 +46,7 @@ def build_server_optimizer(name: str, learning_rate: float, schedule: str = "con
       raise ValueError(f"a cosine schedule needs rounds >= 1, got {rounds}")
     return tff.learning.optimizers.schedule_learning_rate(
         optimizer, cosine_rate(learning_rate, final_fraction, rounds))
-  raise ValueError(f"unknown schedule {schedule!r}; choose one of {SCHEDULES}")
+  raise ValueError(f"unknown schedule {schedule!r}; choose one of {SERVER_LR_SCHEDULES}")
 
 
 def from_config(config) -> tff.learning.optimizers.Optimizer:

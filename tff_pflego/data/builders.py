@@ -22,6 +22,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from tff_pflego.data import sources
+
 
 def read_idx(path: str) -> np.ndarray:
   """Reads an IDX (MNIST-format) file, gzipped or not, into a numpy array."""
@@ -48,12 +50,7 @@ class EmnistLetters(tfds.core.GeneratorBasedBuilder):
   MANUAL_DOWNLOAD_INSTRUCTIONS = (
       "Place emnist-letters-{train,test}-{images-idx3,labels-idx1}-ubyte.gz in "
       "manual_dir.")
-  FILES = {
-      "train": ("emnist-letters-train-images-idx3-ubyte.gz",
-                "emnist-letters-train-labels-idx1-ubyte.gz"),
-      "test": ("emnist-letters-test-images-idx3-ubyte.gz",
-               "emnist-letters-test-labels-idx1-ubyte.gz"),
-  }
+  FILES = sources.EMNIST_LETTERS_FILES
 
   def _info(self) -> tfds.core.DatasetInfo:
     return tfds.core.DatasetInfo(

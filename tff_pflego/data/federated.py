@@ -228,9 +228,6 @@ def client_file_paths(builder: tfds.core.DatasetBuilder, num_clients: int,
                    for i in range(num_clients)], dtype=object)
 
 
-PARTITIONS = ("classes", "dirichlet")
-
-
 @dataclasses.dataclass(frozen=True)
 class PartitionScheme:
   """How a dataset is split into clients (`partition` module doc), as the settings
@@ -246,8 +243,8 @@ class PartitionScheme:
 
   def check(self, spec: sources.DatasetSpec) -> None:
     """Raises UserError for a scheme `spec`'s data cannot take."""
-    if self.partition not in PARTITIONS:
-      raise UserError(f"--partition must be one of {', '.join(PARTITIONS)}, "
+    if self.partition not in partition_lib.PARTITIONS:
+      raise UserError(f"--partition must be one of {', '.join(partition_lib.PARTITIONS)}, "
                       f"got {self.partition!r}")
     if self.class_assignment not in partition_lib.CLASS_ASSIGNMENTS:
       raise UserError(f"--class_assignment must be one of "

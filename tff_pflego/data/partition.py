@@ -41,6 +41,7 @@ import numpy as np
 from tff_pflego.errors import UserError
 
 PERSONALIZATION_DEGREES = ("high", "medium", "none")
+PARTITIONS = ("classes", "dirichlet")  # by classes (or Omniglot's alphabets), Dirichlet
 CLASS_ASSIGNMENTS = ("balanced", "independent")
 DIRICHLET_MIN_TRAIN = 10  # train examples every client gets (as NIID-Bench requires)
 DIRICHLET_ATTEMPTS = 1000

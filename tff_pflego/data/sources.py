@@ -16,24 +16,29 @@ Raw files live outside the repository:
 * Fashion-MNIST: Debian package `dataset-fashion-mnist` (/usr/share/datasets/fashion-mnist);
 * MNIST, EMNIST-Letters, Omniglot, CIFAR-10 (JPEG copy): `../shared/datasets/<name>`
   beside the repository (override with `--raw_data_dir` or `TFF_PFLEGO_RAW_DATA`).
+
+TFDS (and TensorFlow with it) loads only when a dataset is prepared or read, so that
+the binaries check their flags against `DATASETS` before TensorFlow starts.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
 import os
 import pathlib
 import shutil
 import zipfile
-from typing import Callable, Mapping, Optional, Protocol
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Protocol
 
 import numpy as np
-import tensorflow_datasets as tfds
-from tensorflow_datasets.core.download.extractor import ExtractError
 
-from tff_pflego.data import builders, provenance
+from tff_pflego.data import provenance
 from tff_pflego.errors import DatasetNotFoundError, UserError
+
+if TYPE_CHECKING:
+  import tensorflow_datasets as tfds
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEFAULT_DATA_DIR = str(REPO_ROOT / "data")
@@ -79,6 +84,7 @@ class TfdsPreparation:
     return self.make(tfds_dir).data_dir
 
   def build(self, tfds_dir: str, manual_dir: str, scratch_dir: str) -> None:
+    import tensorflow_datasets as tfds
     tfds.disable_progress_bar()
     self.make(tfds_dir).download_and_prepare(
         download_dir=scratch_dir,
@@ -109,6 +115,7 @@ class ImageFolderPreparation:
       raise UserError(f"{path} is not a valid zip: {e}") from e
 
   def builder(self, tfds_dir: str) -> tfds.core.DatasetBuilder:
+    import tensorflow_datasets as tfds
     return tfds.folder_dataset.ImageFolder(self.directory(tfds_dir), shape=self.shape)
 
 
@@ -163,11 +170,28 @@ class PreparedDataset:
 
 
 def _registered(name: str) -> TfdsPreparation:
-  return TfdsPreparation(lambda tfds_dir: tfds.builder(name, data_dir=tfds_dir))
+  """TFDS's own builder `name`."""
+  def make(tfds_dir: str) -> tfds.core.DatasetBuilder:
+    import tensorflow_datasets as tfds
+    return tfds.builder(name, data_dir=tfds_dir)
+  return TfdsPreparation(make)
 
 
-def _project(cls) -> TfdsPreparation:
-  return TfdsPreparation(lambda tfds_dir: cls(data_dir=tfds_dir))
+def _project(class_name: str) -> TfdsPreparation:
+  """The builder class `class_name` of `tff_pflego.data.builders`."""
+  def make(tfds_dir: str) -> tfds.core.DatasetBuilder:
+    builders = importlib.import_module("tff_pflego.data.builders")
+    return getattr(builders, class_name)(data_dir=tfds_dir)
+  return TfdsPreparation(make)
+
+
+# EMNIST-Letters' raw files by split: (images, labels) (read by `builders.EmnistLetters`).
+EMNIST_LETTERS_FILES = {
+    "train": ("emnist-letters-train-images-idx3-ubyte.gz",
+              "emnist-letters-train-labels-idx1-ubyte.gz"),
+    "test": ("emnist-letters-test-images-idx3-ubyte.gz",
+             "emnist-letters-test-labels-idx1-ubyte.gz"),
+}
 
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -188,9 +212,9 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetSpec("mnist", "MNIST", 10, (28, 28, 1), "mlp", "mnist",
                     _MNIST_FILES, _registered("mnist")),
         DatasetSpec("emnist_letters", "EMNIST-Letters", 26, (28, 28, 1), "mlp",
-                    "emnist", tuple(f for pair in builders.EmnistLetters.FILES.values()
+                    "emnist", tuple(f for pair in EMNIST_LETTERS_FILES.values()
                                     for f in pair),
-                    _project(builders.EmnistLetters), releases={
+                    _project("EmnistLetters"), releases={
                         "emnist-letters-train-images-idx3-ubyte.gz": frozenset(
                             ["6288f418a917e007bf5fddb823a2dc7a5c6a35031401b93292a539cb12bd881f"]),
                         "emnist-letters-train-labels-idx1-ubyte.gz": frozenset(
@@ -208,7 +232,7 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetSpec("omniglot", "Omniglot", 1623, (28, 28, 1), "conv4", "omniglot",
                     ("images_background.npz", "images_evaluation.npz",
                      "alphabet_id_ranges.txt"),
-                    _project(builders.OmniglotArrays), splits=("drawings",),
+                    _project("OmniglotArrays"), splits=("drawings",),
                     partition="alphabets", num_alphabets=50, rotations=4, releases={
                         "images_background.npz": frozenset(
                             ["8bf84167413cd00beacdce3fe582f780ab538d8dbef043a6d688f2527bbce199"]),
@@ -301,6 +325,7 @@ def _rebuild(spec: DatasetSpec, tfds_dir: str, manual_dir: str,
              raw_files: dict[str, str]) -> PreparedDataset:
   directory = spec.preparation.directory(tfds_dir)
   scratch = os.path.join(tfds_dir, SCRATCH_DIR, spec.name)
+  from tensorflow_datasets.core.download.extractor import ExtractError
   for path in (directory, scratch):
     shutil.rmtree(path, ignore_errors=True)
   try:
@@ -337,6 +362,7 @@ def _fingerprint(arrays: Mapping[str, Arrays]) -> str:
 
 
 def _to_arrays(builder, split: str, group_key: Optional[str] = None) -> Arrays:
+  import tensorflow_datasets as tfds
   data = tfds.as_numpy(builder.as_dataset(split=split, batch_size=-1, shuffle_files=False))
   return Arrays(images=np.asarray(data["image"], np.uint8),
                 labels=np.asarray(data["label"], np.int64),
