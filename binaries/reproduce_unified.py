@@ -47,7 +47,7 @@ from absl import flags
 
 from tff_pflego import records
 from tff_pflego.errors import UserError
-from tff_pflego.unified import experiment, registry, synthetic
+from tff_pflego.unified import registry, run_config
 
 WORKER_RETRIES = 2  # new workers for a grid whose worker died
 
@@ -56,7 +56,7 @@ flags.DEFINE_string("docs_dir", "docs/unified", "Where the figures and table go.
 flags.DEFINE_bool("keep_records", True,
                   "Keep each finished run's summary and metrics under <docs_dir>/runs and "
                   "read them back (a recorded cell is not run again).")
-flags.DEFINE_list("datasets", list(synthetic.SYNTHETIC), "Problems to run.")
+flags.DEFINE_list("datasets", list(run_config.SYNTHETIC), "Problems to run.")
 flags.DEFINE_list("heterogeneity", [], "Synthetic sigma values (default: the paper's).")
 flags.DEFINE_list("objectives", ["mt2", "mx2", "apfl2"], "Real data: objectives.")
 flags.DEFINE_list("classes", ["2", "4", "8"], "Real data: classes per device c.")
@@ -146,11 +146,11 @@ class Cell:
       return f"{self.objective.upper()}, sigma = {self.sigma:g}"
     return f"{self.objective.upper()}, c = {self.classes}"
 
-  def config(self) -> experiment.UnifiedConfig:
+  def config(self) -> run_config.UnifiedConfig:
     f = flags.FLAGS
     options = (dict(heterogeneity=self.sigma) if self.sigma is not None else
                dict(objective=self.objective, classes_per_device=self.classes))
-    return experiment.UnifiedConfig(
+    return run_config.UnifiedConfig(
         dataset=self.dataset, algorithm=self.algorithm, rounds=f.rounds, seed=self.seed,
         eval_every=f.eval_every, output_dir=os.path.join(f.output_dir, self.problem,
                                                          self.run_name),
@@ -160,13 +160,14 @@ class Cell:
 
 
 def _cells() -> list[Cell]:
+  from tff_pflego.unified import synthetic
   f = flags.FLAGS
   cells = []
   for name in f.datasets:
     dataset, colour = (("cifar10", True) if name == "cifar10_colour" else (name, False))
-    if dataset not in experiment.DATASETS:
+    if dataset not in run_config.DATASETS:
       raise UserError(f"--datasets: unknown problem {name!r}")
-    if dataset in synthetic.SYNTHETIC:
+    if dataset in run_config.SYNTHETIC:
       objective = dataset.split("_", 1)[-1]
       problems = [(objective, float(s), None) for s in
                   (f.heterogeneity or synthetic.PAPER_HETEROGENEITY[dataset])]
@@ -196,6 +197,7 @@ def _cells() -> list[Cell]:
 def main(argv: list[str]) -> None:
   del argv
   from tff_pflego import runtime
+  from tff_pflego.unified import experiment
   cells = _cells()
   for cell in cells:
     cell.config().check()
@@ -287,7 +289,7 @@ def _collect() -> dict[Cell, tuple[dict, list[dict]]]:
     with open(os.path.join(run_dir, "summary.json")) as f:
       summary = json.load(f)
     settings = summary["settings"]
-    synthetic_run = settings["dataset"] in synthetic.SYNTHETIC
+    synthetic_run = settings["dataset"] in run_config.SYNTHETIC
     cell = Cell(settings["dataset"], summary["objective"]["kind"],
                 settings["heterogeneity"] if synthetic_run else None,
                 None if synthetic_run else settings["classes_per_device"],
@@ -450,6 +452,7 @@ def _alpha_table(results: dict, path: str) -> None:
   """MT2 at each relaxation alpha (spec 4.6): the optimizer's run beside what the
   objective's own minimizer scores (central solver; so the test accuracy of alpha is
   told apart from how far 1000 communications got)."""
+  from tff_pflego.unified import experiment
   lines = ["# MT2's relaxation alpha (spec 4.6)", "",
            "Made by `binaries/reproduce_unified.py --mt_alpha=...`. Each alpha is its own "
            "objective (own F*, constants and theory p_w); 'at F*': the local models "

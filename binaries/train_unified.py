@@ -15,15 +15,14 @@ from tff_pflego import cli  # pylint: disable=g-bad-import-order
 
 from absl import flags
 
-from tff_pflego.data import sources
-from tff_pflego.unified import experiment, objectives, registry
+from tff_pflego.unified import registry, run_config
 
-_D = experiment.UnifiedConfig()
-flags.DEFINE_enum("dataset", _D.dataset, experiment.DATASETS,
+_D = run_config.UnifiedConfig()
+flags.DEFINE_enum("dataset", _D.dataset, run_config.DATASETS,
                   "The problem: a synthetic generator or a real dataset (M devices).")
 flags.DEFINE_float("heterogeneity", _D.heterogeneity,
                    "Synthetic: sigma, the spread of the devices' generating parameters.")
-flags.DEFINE_enum("objective", None, objectives.OBJECTIVES,
+flags.DEFINE_enum("objective", None, run_config.OBJECTIVES,
                   "The objective; synthetic problems have the paper's (mx2 / ews), real "
                   "data need one of fl, local, mt2, mx2, apfl2.")
 flags.DEFINE_integer("classes_per_device", _D.classes_per_device,
@@ -47,7 +46,7 @@ flags.DEFINE_float("mt_alpha", None,
 flags.DEFINE_integer("devices_per_round", None,
                      "Partial participation: r of the M devices per round (unset: all); "
                      "lsgd_pfl, scd_pfl and frozen ascd_pfl.", lower_bound=1)
-flags.DEFINE_enum("ascd_variant", _D.ascd_variant, experiment.ASCD_VARIANTS,
+flags.DEFINE_enum("ascd_variant", _D.ascd_variant, run_config.ASCD_VARIANTS,
                   "ASCD's block not sampled: frozen (the reference) or lifted.")
 flags.DEFINE_integer("local_steps", _D.local_steps, "LSGD-PFL's tau.", lower_bound=1)
 flags.DEFINE_float("lsgd_lr", None, "LSGD-PFL's eta; unset: 1/(4 calL) as ASVRCD.")
@@ -61,9 +60,8 @@ flags.mark_flag_as_required("output_dir")
 
 def main(argv: list[str]) -> None:
   del argv
-  from tff_pflego import runtime
   f = flags.FLAGS
-  config = experiment.UnifiedConfig(
+  config = run_config.UnifiedConfig(
       dataset=f.dataset, heterogeneity=f.heterogeneity, objective=f.objective,
       classes_per_device=f.classes_per_device, colour=f.colour, ridge=f.ridge,
       paper_mu=f.paper_mu, data_dir=f.data_dir, raw_data_dir=f.raw_data_dir,
@@ -73,7 +71,9 @@ def main(argv: list[str]) -> None:
       local_steps=f.local_steps, lsgd_lr=f.lsgd_lr, eval_every=f.eval_every,
       output_dir=f.output_dir, overwrite=f.overwrite, progress=f.progress)
   config.check()
-  experiment.check_output_dir(config)
+  run_config.check_output_dir(config)
+  from tff_pflego import runtime
+  from tff_pflego.unified import experiment
   with runtime.execution_context():
     summary = experiment.run(config)
   final = summary["final"]
@@ -81,7 +81,7 @@ def main(argv: list[str]) -> None:
         f"{summary['communications']} communications in {summary['seconds']:.1f} s: "
         f"F = {final['objective']:.10g}, F* = {final['optimum']:.10g}, relative "
         f"suboptimality {final['relative_suboptimality']:.3e}")
-  if f.dataset in experiment.real_data.REAL:
+  if f.dataset in run_config.REAL:
     print(f"  test accuracy of the local models: {final['test_accuracy']:.4f}")
   print(f"  communications to reach 1e-2 / 1e-4 / 1e-6: "
         f"{' / '.join(str(v) for v in summary['communications_to_reach'].values())}")

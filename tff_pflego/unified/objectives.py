@@ -33,8 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from tff_pflego.errors import UserError
-
-OBJECTIVES = ("fl", "local", "mt2", "mx2", "apfl2", "ews")
+from tff_pflego.unified.run_config import OBJECTIVES
 LOSSES = ("logistic", "softmax")
 DTYPE = tf.float64
 

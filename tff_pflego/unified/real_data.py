@@ -22,8 +22,7 @@ import numpy as np
 from tff_pflego.data import sources
 from tff_pflego.errors import UserError
 from tff_pflego.unified.objectives import DeviceData
-
-REAL = ("mnist", "fashion_mnist", "emnist_letters", "cifar10")
+from tff_pflego.unified.run_config import REAL
 _LUMA = np.array([0.299, 0.587, 0.114])
 
 

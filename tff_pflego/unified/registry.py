@@ -1,24 +1,20 @@
-"""The unified optimizers by name: `build(objective, data, OptimizerConfig)`."""
+"""The unified optimizers by name: `build(objective, data, OptimizerConfig)`.
+
+Each name is a module of `tff_pflego.unified`; it loads when the optimizer is built, so
+that the names (and the rules below) are known before TensorFlow loads.
+"""
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+import importlib
+from typing import TYPE_CHECKING, Optional
 
-from tff_pflego.unified import (ascd_pfl, asvrcd_pfl, l2sgd_plus, lsgd_pfl, pfedme,
-                                scd_pfl, svrcd_pfl)
-from tff_pflego.unified.objectives import DeviceData, Objective
-from tff_pflego.unified.process import OptimizerConfig, UnifiedAlgorithm
+if TYPE_CHECKING:
+  from tff_pflego.unified.objectives import DeviceData, Objective
+  from tff_pflego.unified.process import OptimizerConfig, UnifiedAlgorithm
 
-OPTIMIZERS: dict[str, Callable[[Objective, DeviceData, OptimizerConfig],
-                                UnifiedAlgorithm]] = {
-    "lsgd_pfl": lsgd_pfl.build,
-    "ascd_pfl": ascd_pfl.build,
-    "asvrcd_pfl": asvrcd_pfl.build,
-    "scd_pfl": scd_pfl.build,
-    "svrcd_pfl": svrcd_pfl.build,
-    "l2sgd_plus": l2sgd_plus.build,
-    "pfedme": pfedme.build,
-}
+OPTIMIZERS = ("lsgd_pfl", "ascd_pfl", "asvrcd_pfl", "scd_pfl", "svrcd_pfl", "l2sgd_plus",
+              "pfedme")
 
 # The baselines solve the mixture objective only; the others take any objective.
 ONLY_FOR = {"l2sgd_plus": ("mx2",), "pfedme": ("mx2",)}
@@ -52,4 +48,4 @@ def build_optimizer(name: str, objective: Objective, data: DeviceData,
     problem = partial_participation_problem(name, config.frozen)
     if problem:
       raise ValueError(problem)
-  return OPTIMIZERS[name](objective, data, config)
+  return importlib.import_module(f"tff_pflego.unified.{name}").build(objective, data, config)

@@ -21,8 +21,7 @@ import dataclasses
 import numpy as np
 
 from tff_pflego.unified.objectives import DeviceData
-
-SYNTHETIC = ("synthetic_mx2", "synthetic_ews")
+from tff_pflego.unified.run_config import SYNTHETIC
 PAPER_HETEROGENEITY = {"synthetic_mx2": (0.1, 0.3, 1.0), "synthetic_ews": (5.0, 10.0, 15.0)}
 
 
