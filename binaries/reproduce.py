@@ -254,7 +254,7 @@ def cell_result(dataset: str, degree: str, algorithm: str, seed: int) -> dict:
               paper_accuracy=PAPER_ACCURACY.get((dataset, algorithm, degree)),
               paper_rounds=paper_table_rounds(dataset),
               ceiling_mean=own_ceiling and own_ceiling["best_test_accuracy_mean"],
-              run_dir=cell_dir(dataset, degree, algorithm, seed))
+              run_dir=directory)  # what the row was read from: the run, or its record
 
 
 def _ordered(names, order) -> list[str]:
