@@ -1,8 +1,8 @@
 """The named options of the algorithms' settings, free of TensorFlow so that the
 binaries check their flags (`tff_pflego.settings`) before it loads."""
 
-# PFLEGO's head step (`pflego.make_client_update`): the exact gradient of the
-# client's loss, or the reference code's.
+# PFLEGO's final head step (`pflego.make_client_update`): exact (rho/q alpha_i, the
+# spec's eq. 5) or the reference code's (rho/q, eq. 3).
 HEAD_STEPS = ("exact", "paper_code")
 # PFLEGO's head-only steps (`pflego.head_gradient_steps`): gradient descent, or
 # descent that keeps the head and halves the rate when a step would raise the loss.
