@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup setup-bazel run test bazel-build bazel-test benchmark benchmark-cost benchmark-memory benchmark-population profile-round reproduce crosscheck reproduce-unified
+.PHONY: setup setup-bazel run test bazel-build bazel-test benchmark benchmark-cost benchmark-memory benchmark-population profile-round benchmark-round-transfer reproduce crosscheck reproduce-unified
 
 setup:
 	@bash tools/setup.sh
@@ -46,6 +46,11 @@ benchmark-population: setup
 ## Where a round's wall time goes (PFLEGO and FedAvg, Fashion-MNIST High-Pers).
 profile-round: setup
 	$(PY) binaries/profile_round.py --output_dir=runs/profile_round
+
+## What moving a round's values driver <-> worker costs: PFLEGO's round in three forms.
+benchmark-round-transfer: setup
+	$(PY) binaries/benchmark_round_transfer.py --rounds=90 \
+	    --output_dir=runs/benchmark_round_transfer
 
 ## The paper's Tables 1-2 on the five datasets (issue #14): cells never run first, then
 ## the cells run before records existed (their rows are in docs/results.csv, their

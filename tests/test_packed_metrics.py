@@ -1,5 +1,6 @@
-"""The driver's round (clients' metrics packed in the runtime, unpacked in Python) returns
-what the algorithm's own `next` returns, value for value and type for type."""
+"""The driver's round (clients' metrics packed in the runtime, unpacked in Python; the
+server state flat across the runtime's boundary) returns what the algorithm's own `next`
+returns, value for value and type for type."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import helpers
-from tff_pflego.algorithms import packed_metrics, registry
+from tff_pflego.algorithms import flat_server_state, packed_metrics, registry
 
 SIZES, NUM_CLASSES = (5, 8, 11), (2, 3, 3)
 
@@ -21,9 +22,16 @@ def _without_timings(clients):
                                   if k not in helpers.TIMING_COLUMNS) for c in clients]
 
 
-@pytest.mark.parametrize("name", ["pflego", "fedrecon"])
-def test_unpacked_round_is_the_process_round(name):
-  algorithm = registry.build_algorithm(name, helpers.algorithm_config())
+def _leaf_types(structure) -> list:
+  return [(type(v), getattr(v, "dtype", None), np.shape(v))
+          for v in tf.nest.flatten(structure)]
+
+
+@pytest.mark.parametrize("name, server_optimizer", [("pflego", "adam"),
+                                                    ("fedrecon", "sgd")])
+def test_unpacked_round_is_the_process_round(name, server_optimizer):
+  algorithm = registry.build_algorithm(
+      name, helpers.algorithm_config(server_optimizer=server_optimizer))
   packed, _ = packed_metrics.with_packed_client_metrics(algorithm.process)
   leaves = list(tff.structure.iter_elements(
       algorithm.process.next.type_signature.result[2].clients.member))
@@ -40,6 +48,7 @@ def test_unpacked_round_is_the_process_round(name):
     want = algorithm.process.next(state, data, states)
     got = next_round(state, data, states)
     tf.nest.map_structure(np.testing.assert_array_equal, got[:2], want[:2])
+    assert _leaf_types(got[:2]) == _leaf_types(want[:2])
     tf.nest.map_structure(np.testing.assert_array_equal, got[2]["train"],
                           want[2]["train"])
     got_clients, want_clients = (_without_timings(m[2]["clients"]) for m in (got, want))
@@ -49,6 +58,33 @@ def test_unpacked_round_is_the_process_round(name):
     assert [list(c) for c in got[2]["clients"]] == [list(c) for c in want[2]["clients"]]
     state, states = want[0], want[1]
   assert len({float(c["loss"]) for c in want_clients}) == len(SIZES)  # not all alike
+  floats = [v for v in tf.nest.flatten(state) if np.asarray(v).dtype == np.float32]
+  assert len({float(np.sum(v)) for v in floats}) == len(floats)  # a swap would show
+
+
+def test_the_server_state_crosses_flat_and_comes_back_nested():
+  algorithm = registry.build_algorithm(
+      "pflego", helpers.algorithm_config(server_optimizer="adam"))
+  flat, flatten, unflatten = flat_server_state.with_flat_server_state(algorithm.process)
+  state_type = algorithm.process.next.type_signature.parameter[0].member
+  flat_type = flat.next.type_signature.parameter[0].member
+  assert all(isinstance(t, tff.TensorType) for t in flat_type)
+  assert list(flat_type) == tff.structure.flatten(state_type)
+  assert flat.next.type_signature.result[0] == flat.next.type_signature.parameter[0]
+  state = algorithm.process.initialize()
+  assert len(state.finalizer) > 1  # Adam's moments: the deep part of the state
+  for value in (flat.initialize(), flatten(state)):
+    got = unflatten(value)
+    assert type(got) is type(state)
+    tf.nest.map_structure(np.testing.assert_array_equal, got, state)
+    assert _leaf_types(got) == _leaf_types(state)
+
+
+def test_a_process_without_a_server_state_struct_is_not_wrapped():
+  process = _toy_process(["train", "clients"])  # state: a float32 @SERVER
+  unwrapped, flatten, unflatten = flat_server_state.with_flat_server_state(process)
+  assert unwrapped is process
+  assert flatten(np.float32(2.0)) == unflatten(np.float32(2.0)) == np.float32(2.0)
 
 
 def test_metrics_float64_cannot_hold_exactly_are_not_packed():

@@ -18,9 +18,10 @@ is returned unwrapped, with an `unpack` that is the identity; so is a process wh
 metrics hold anything beside `train` and `clients`, which the wrapper would drop.
 
 The wrapped process is the driver's (and the benchmarks', which time its round);
-`algorithm.process`, the public one, keeps its types. Measured: ~15–30 ms less a
-round for PFLEGO at r = 20 on 2 cores (README, "Baselines and the cost ledger");
-packing the clients' states the same way gained nothing.
+`algorithm.process`, the public one, keeps its types. Measured: 3–21 ms less a round
+for PFLEGO at r = 20 on 2 cores (`binaries/benchmark_round_transfer.py`); packing the
+clients' states the same way gained nothing. `unpacking_next`, the driver's round,
+also moves the server state flat (`flat_server_state`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
+
+from tff_pflego.algorithms import flat_server_state
 
 # Dtypes whose every value float64 represents exactly.
 _EXACT_IN_FLOAT64 = tuple(np.dtype(d) for d in (
@@ -115,11 +118,14 @@ def with_packed_client_metrics(process: tff.templates.IterativeProcess
 
 def unpacking_next(process: tff.templates.IterativeProcess) -> Callable:
   """`next(state, data, client_states)` returning what `process.next` returns, its
-  clients' metrics packed in the runtime and unpacked in Python (module docstring)."""
-  packed, unpack = with_packed_client_metrics(process)
+  clients' metrics packed in the runtime and unpacked in Python (module docstring),
+  its server state crossing the runtime's boundary flat (`flat_server_state`)."""
+  flat, flatten, unflatten = flat_server_state.with_flat_server_state(process)
+  packed, unpack = with_packed_client_metrics(flat)
 
   def next_fn(state, data, client_states):
-    new_state, new_client_states, metrics = packed.next(state, data, client_states)
-    return new_state, new_client_states, unpack(metrics)
+    new_state, new_client_states, metrics = packed.next(flatten(state), data,
+                                                         client_states)
+    return unflatten(new_state), new_client_states, unpack(metrics)
 
   return next_fn
