@@ -1,9 +1,11 @@
 """The reported numbers: per-client evaluation and its summary, against hand computations."""
 
 import collections
+import csv
 import math
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -128,16 +130,18 @@ class _CohortCase:
           np.float32)
       state["head"]["bias"] = rng.normal(0, 0.3, MAX_CLASSES).astype(np.float32)
 
-  def evaluate(self, refit=None) -> dict[str, np.ndarray]:
+  def evaluate(self, refit=None, parts=evaluation.PARTS,
+               cohorts=None) -> dict[str, np.ndarray]:
+    cohorts = self.cohorts if cohorts is None else cohorts
     evaluate = evaluation.build_cohort_evaluation(helpers.body_fn, self.types,
                                                   self.read_files, path_dtype=np.int32,
-                                                  refit=refit)
+                                                  refit=refit, parts=parts)
     files = dict(train=np.arange(6, dtype=np.int32), test=np.arange(6, 12, dtype=np.int32))
     num_examples = dict(train=np.array(self.sizes), test=np.array(self.sizes[::-1]))
     results = evaluate(
         self.weights,
-        [evaluation.cohort_input(files, num_examples, c) for c in self.cohorts],
-        [evaluation.stack_states([self.states[i] for i in c]) for c in self.cohorts])
+        [evaluation.cohort_input(files, num_examples, c, parts) for c in cohorts],
+        [evaluation.stack_states([self.states[i] for i in c]) for c in cohorts])
     return evaluation.per_client_table(evaluation.unstack_cohort_results(results))
 
 
@@ -158,6 +162,74 @@ def test_cohort_evaluation_equals_each_clients_keras_model():
       np.testing.assert_allclose(table[f"{part}_loss"][i], want_loss, rtol=1e-5)
       assert np.isclose(table[f"{part}_accuracy"][i], np.mean(np.argmax(logits, -1) == y))
       assert table[f"num_{part}"][i] == len(y)
+
+
+def test_test_part_alone_gives_the_test_numbers_of_both_parts():
+  """The sampled protocol scores the test part only, in cohorts of its own: every
+  client's test numbers are those of the evaluation of both parts."""
+  case = _CohortCase()
+  both = case.evaluate()
+  alone = case.evaluate(parts=("test",), cohorts=[np.array([3, 1, 5, 0]),
+                                                  np.array([2, 4])])
+  assert sorted(alone) == ["client_index", "num_test", "test_accuracy", "test_loss"]
+  for key in alone:
+    np.testing.assert_array_equal(alone[key], both[key], err_msg=key)
+  assert len(set(both["test_accuracy"])) > 2  # clients differ: a mix-up would show
+
+
+@pytest.mark.parametrize("parts", [(), ("test", "train"), ("valid",), ("test", "test")])
+def test_parts_other_than_train_and_test_in_order_are_refused(parts):
+  with pytest.raises(ValueError, match="parts"):
+    evaluation.check_parts(parts)
+
+
+def test_a_refit_needs_both_parts():
+  with pytest.raises(ValueError, match="refit"):
+    evaluation.check_parts(("test",), refit=evaluation.HeadRefit(steps=2, learning_rate=0.1,
+                                                       optimizer="gd"))
+
+
+def test_the_drivers_sampled_figure_is_the_old_body_with_the_new_heads(prepared,
+                                                                      tmp_path):
+  """rounds.csv's test_accuracy_sampled_pooled of PFLEGO at round t: the round's clients
+  scored on their test examples with the body they trained with (theta_{t-1}) and the
+  heads they sent back, pooled; recomputed here with the Keras body and numpy."""
+  from tff_pflego import experiment
+  from tff_pflego.training import driver
+  setting = dict(num_clients=5, clients_per_round=2, local_steps=3, seed=0)
+  run, algorithm = experiment.prepare_training("fashion_mnist", "pflego", prepared,
+                                               **setting)
+  driver.train(algorithm, run.data, run.sampler, driver.RunConfig(
+      rounds=2, output_dir=str(tmp_path), eval_every=100, progress=False))
+  with open(tmp_path / "rounds.csv", newline="") as f:
+    reported = [float(r["test_accuracy_sampled_pooled"]) for r in csv.DictReader(f)]
+
+  again, _ = experiment.prepare_training("fashion_mnist", "pflego", prepared, **setting)
+  data, sampler = again.data, again.sampler
+  state = algorithm.process.initialize()
+  heads = {i: algorithm.initial_client_state(i, int(data.num_classes[i]))
+           for i in range(data.num_clients)}
+  body = algorithm.body_fn()
+  want = []
+  for _ in range(2):
+    chosen = sampler.sample()
+    trained_with = state.model.trainable
+    state, states, _ = algorithm.process.next(
+        state, [data.client_ids[i] for i in chosen], [heads[i] for i in chosen])
+    correct = total = 0
+    for i, client_state in zip(chosen, states):
+      heads[i] = client_state
+      for variable, value in zip(body.trainable_variables, trained_with):
+        variable.assign(value)
+      x, y = data.client_arrays(i, "test")
+      k = int(data.num_classes[i])
+      logits = (body(x, training=False).numpy() @ client_state["head"]["kernel"][:, :k]
+                + client_state["head"]["bias"][:k])
+      correct += int(np.sum(np.argmax(logits, -1) == y))
+      total += len(y)
+    want.append(correct / total)
+  assert reported == pytest.approx(want, abs=1e-12)
+  assert want[0] != want[1]
 
 
 def test_cohorts_bound_examples_and_clients_and_cover_every_client():

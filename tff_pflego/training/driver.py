@@ -16,9 +16,9 @@ Two evaluation protocols are reported:
 * sampled clients (the reference code): every round, the round's clients right after
   their local update, accuracy pooled over their test examples -> rounds.csv,
   `test_accuracy_sampled_pooled`. The local model is PFLEGO's new head on the body it
-  trained with (evaluated here from the states), and for the averaging baselines the
-  client's locally trained model (evaluated by the client inside the round,
-  `evaluates_in_round`).
+  trained with (evaluated here from the states, on the test part only), and for the
+  averaging baselines the client's locally trained model (evaluated by the client
+  inside the round, `evaluates_in_round`).
 `summary.json["final"]` holds each metric's mean over the last 10 evaluations (rounds,
 for the sampled protocol), as the paper's tables do.
 """
@@ -29,7 +29,7 @@ import dataclasses
 import logging
 import os
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow_federated as tff
@@ -85,6 +85,10 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
   next_round = packed_metrics.unpacking_next(process)
   store = ClientStateStore(lambda i: algorithm.initial_client_state(i, data.num_classes[i]))
   evaluate_clients = _client_evaluation(algorithm, data, store, config.head_refit)
+  # The sampled protocol scores the test part only (its pooled test accuracy).
+  evaluate_sampled = (_client_evaluation(algorithm, data, store, parts=("test",))
+                      if config.sampled_eval and not algorithm.evaluates_in_round
+                      else None)
   evaluated = evaluation.evaluation_sample(data.num_clients, config.eval_clients,
                                            config.seed)
   traffic = ledger.traffic_per_client(algorithm.broadcast_type, algorithm.update_type)
@@ -111,7 +115,7 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
       runtime.raise_if_stopped()
       if round_num > 0:
         state, row = _run_round(round_num, state, next_round, algorithm, data, sampler,
-                                store, evaluate_clients, config.sampled_eval)
+                                store, evaluate_sampled)
         releaser.release_round(round_num, row | traffic)
       if _evaluates(round_num, config):
         table = evaluate_clients(state, evaluated)
@@ -154,10 +158,11 @@ def _process_on_client_ids(algorithm: PersonalizedAlgorithm, data: FederatedData
 
 def _client_evaluation(algorithm: PersonalizedAlgorithm, data: FederatedData,
                        store: ClientStateStore,
-                       refit: Optional[evaluation.HeadRefit] = None):
+                       refit: Optional[evaluation.HeadRefit] = None,
+                       parts: Sequence[str] = evaluation.PARTS):
   """(server state, client indices) -> the clients' per-client evaluation table, with
   the clients' states in `store`."""
-  evaluate = build_client_evaluation(algorithm, data, refit)
+  evaluate = build_client_evaluation(algorithm, data, refit, parts)
 
   def evaluate_clients(server_state, indices) -> dict[str, np.ndarray]:
     states = algorithm.evaluation_states(server_state, store.get(indices))
@@ -190,8 +195,9 @@ def _starting_point(checkpoints: CheckpointManager, initial_state: Any,
 def _run_round(round_num: int, state: Any, next_round: Callable,
                algorithm: PersonalizedAlgorithm,
                data: FederatedData, sampler: ClientSampler, store: ClientStateStore,
-               evaluate_clients, sampled_eval: bool) -> tuple[Any, dict]:
-  """One training round on the sampled clients -> (new server state, rounds.csv row)."""
+               evaluate_sampled: Optional[Callable]) -> tuple[Any, dict]:
+  """One training round on the sampled clients -> (new server state, rounds.csv row);
+  `evaluate_sampled`: the sampled protocol's evaluation, or None."""
   reporting = sampler.sample()
   trained_with = state
   t0 = time.monotonic()
@@ -210,9 +216,9 @@ def _run_round(round_num: int, state: Any, next_round: Callable,
   if algorithm.evaluates_in_round and len(reporting):
     row["test_accuracy_sampled_pooled"] = evaluation.pooled_test_accuracy(
         evaluation.per_client_table(metrics["clients"]))
-  elif sampled_eval and len(reporting):
+  elif evaluate_sampled is not None and len(reporting):
     row["test_accuracy_sampled_pooled"] = evaluation.pooled_test_accuracy(
-        evaluate_clients(trained_with, reporting))
+        evaluate_sampled(trained_with, reporting))
   return state, row
 
 
@@ -241,13 +247,16 @@ def _save_unsaved(checkpoints: CheckpointManager, committed: RunState,
 
 
 def build_client_evaluation(algorithm: PersonalizedAlgorithm, data: FederatedData,
-                            refit: Optional[evaluation.HeadRefit] = None):
+                            refit: Optional[evaluation.HeadRefit] = None,
+                            parts: Sequence[str] = evaluation.PARTS):
   """(body weights, client indices, their states) -> per-client table.
 
   Clients sharing the body are scored in cohorts, one client computation per cohort
-  (`evaluation.build_cohort_evaluation`); personal bodies one client at a time. With
+  (`evaluation.build_cohort_evaluation`), on `parts` only, the cohorts planned by the
+  first part's sizes; personal bodies one client at a time, on both parts. With
   `refit`, also after each client refits its head (`evaluation.HeadRefit`).
   """
+  evaluation.check_parts(parts, refit)
   if algorithm.personal_body:
     per_client = evaluation.build_personalized_evaluation(
         algorithm.body_fn, algorithm.types, data.train.dataset_computation,
@@ -256,14 +265,15 @@ def build_client_evaluation(algorithm: PersonalizedAlgorithm, data: FederatedDat
         per_client(weights, [data.client_ids[i] for i in indices], states))
 
   cohorts = evaluation.build_cohort_evaluation(algorithm.body_fn, algorithm.types,
-                                               data.read_client_files, refit=refit)
-  num_examples = {part: data.num_examples(part) for part in evaluation.PARTS}
+                                               data.read_client_files, refit=refit,
+                                               parts=parts)
+  num_examples = {part: data.num_examples(part) for part in parts}
 
   def evaluate(weights, indices, states):
-    plan = evaluation.plan_cohorts(num_examples["train"][indices])
+    plan = evaluation.plan_cohorts(num_examples[parts[0]][indices])
     results = cohorts(weights,
-                      [evaluation.cohort_input(data.client_files, num_examples, indices[c])
-                       for c in plan],
+                      [evaluation.cohort_input(data.client_files, num_examples, indices[c],
+                                               parts) for c in plan],
                       [evaluation.stack_states([states[j] for j in c]) for c in plan])
     return evaluation.per_client_table(evaluation.unstack_cohort_results(results))
 

@@ -138,27 +138,39 @@ def _stacked_type(type_spec: tff.types.Type) -> tff.types.Type:
       type_spec.python_container)
 
 
-def cohort_type(path_dtype=np.str_) -> tff.types.StructWithPythonType:
+def cohort_type(path_dtype=np.str_, parts: Sequence[str] = PARTS
+                ) -> tff.types.StructWithPythonType:
   """What a cohort's clients are given by: their file of each part and its size."""
   return tff.types.StructWithPythonType(
-      [(f"{part}_files", tff.TensorType(path_dtype, (None,))) for part in PARTS]
-      + [(f"num_{part}", tff.TensorType(np.int32, (None,))) for part in PARTS],
+      [(f"{part}_files", tff.TensorType(path_dtype, (None,))) for part in parts]
+      + [(f"num_{part}", tff.TensorType(np.int32, (None,))) for part in parts],
       collections.OrderedDict)
 
 
 def cohort_input(files: dict[str, np.ndarray], num_examples: dict[str, np.ndarray],
-                 positions: np.ndarray) -> collections.OrderedDict:
+                 positions: np.ndarray, parts: Sequence[str] = PARTS
+                 ) -> collections.OrderedDict:
   """The `cohort_type` value of the clients at `positions` of `files` / `num_examples`
   (part -> one entry per client)."""
   return collections.OrderedDict(
-      [(f"{part}_files", np.asarray(files[part])[positions]) for part in PARTS]
+      [(f"{part}_files", np.asarray(files[part])[positions]) for part in parts]
       + [(f"num_{part}", np.asarray(num_examples[part], np.int32)[positions])
-         for part in PARTS])
+         for part in parts])
+
+
+def check_parts(parts: Sequence[str], refit: Optional[HeadRefit] = None) -> None:
+  """`parts`: one or both of PARTS, in that order; a head refit needs the train part."""
+  if not parts or list(parts) != [p for p in PARTS if p in parts]:
+    raise ValueError(f"parts must be one or both of {PARTS}, in that order: {parts}")
+  if refit is not None and tuple(parts) != PARTS:
+    raise ValueError("a head refit fits on the train part and scores both: parts must "
+                     f"be {PARTS}")
 
 
 def build_cohort_evaluation(body_fn: BodyFn, types: ModelTypes, read_files: FilesFn,
                             path_dtype=np.str_,
-                            refit: Optional[HeadRefit] = None) -> tff.Computation:
+                            refit: Optional[HeadRefit] = None,
+                            parts: Sequence[str] = PARTS) -> tff.Computation:
   """(weights@SERVER, cohorts@CLIENTS, cohort states@CLIENTS) -> metrics@CLIENTS.
 
   The same per-client numbers as `build_personalized_evaluation`, with one client
@@ -173,10 +185,12 @@ def build_cohort_evaluation(body_fn: BodyFn, types: ModelTypes, read_files: File
   a shared body only (a client state with a personal body needs
   `build_personalized_evaluation`). With `refit`, each client's head is refitted on
   its own train features (the cohort's clients together) and the `REFIT_KEYS` scores
-  added.
+  added. `parts`: the parts scored (the sampled protocol needs only `("test",)`); each
+  part's numbers do not depend on the others being scored.
   """
+  check_parts(parts, refit)
   states_type = _stacked_type(types.client_state)
-  cohorts_type = cohort_type(path_dtype)
+  cohorts_type = cohort_type(path_dtype, parts)
 
   @tff.tensorflow.computation(types.weights, cohorts_type, states_type)
   def evaluate_cohort(weights, cohort, states):
@@ -202,21 +216,21 @@ def build_cohort_evaluation(body_fn: BodyFn, types: ModelTypes, read_files: File
       assign_weights(body, weights)
       num_clients = tf.shape(states["client_index"])[0]
       results = collections.OrderedDict(client_index=states["client_index"])
-      parts = {}
-      for part in PARTS:
+      scored = {}
+      for part in parts:
         batch = full_batch(read_files(cohort[f"{part}_files"]))
         x, y, sizes = batch["x"], batch["y"], cohort[f"num_{part}"]
         tf.debugging.assert_equal(tf.shape(y)[0], tf.reduce_sum(sizes), message=(
             f"the cohort's {part} files hold another number of examples than recorded"))
         owner = tf.repeat(tf.range(num_clients), sizes)
-        parts[part] = (body(x, training=False), y, sizes, owner)
+        scored[part] = (body(x, training=False), y, sizes, owner)
         results[f"{part}_loss"], results[f"{part}_accuracy"] = score(
-            *parts[part], states["head"], states["num_classes"])
+            *scored[part], states["head"], states["num_classes"])
         results[f"num_{part}"] = sizes
       if refit is not None:
-        head = _refit_cohort(refit, *parts["train"], states, types.max_classes)
+        head = _refit_cohort(refit, *scored["train"], states, types.max_classes)
         results.update(_refit_scores(
-            lambda part: score(*parts[part], head, states["num_classes"])))
+            lambda part: score(*scored[part], head, states["num_classes"])))
       return results
 
     return evaluate(weights, cohort, states)
