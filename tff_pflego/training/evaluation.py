@@ -159,7 +159,7 @@ def cohort_input(files: dict[str, np.ndarray], num_examples: dict[str, np.ndarra
 
 
 def check_parts(parts: Sequence[str], refit: Optional[HeadRefit] = None) -> None:
-  """`parts`: one or both of PARTS, in that order; a head refit needs the train part."""
+  """`parts`: one or both of PARTS, in that order; a head refit needs both."""
   if not parts or list(parts) != [p for p in PARTS if p in parts]:
     raise ValueError(f"parts must be one or both of {PARTS}, in that order: {parts}")
   if refit is not None and tuple(parts) != PARTS:
