@@ -27,7 +27,13 @@ from tff_pflego.models import build_body
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = [sys.executable, os.path.join(REPO, "binaries", "train.py")]
-ENV = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+# What TensorFlow puts in its own process's environment when it loads: a binary started
+# from a shell has none of it, so neither does one started by a test (TF2_BEHAVIOR hid
+# a start-up defect of every binary that builds a Keras body, tff_pflego/cli.py).
+SET_BY_TENSORFLOW = ("TF2_BEHAVIOR", "TPU_ML_PLATFORM", "KMP_DUPLICATE_LIB_OK",
+                     "KMP_INIT_AT_FORK")
+ENV = {k: v for k, v in os.environ.items() if k not in SET_BY_TENSORFLOW} | dict(
+    PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
 # Per-round CSV columns that measure time: they differ between equal runs.
 TIMING_COLUMNS = {"wall_time_s", "round_time_s", "client_time_s", "client_compute_s",
                   "client_time_max_s", "server_time_s"}

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from tests.helpers import ENV
+from tests.helpers import ENV, REPO
 from tff_pflego import experiment
 from tff_pflego.algorithms.registry import build_algorithm
 from tff_pflego.models import assign_weights
@@ -142,3 +142,18 @@ def test_exported_artifacts_reproduce_the_run_in_a_fresh_process(data_dir, tmp_p
       prepared.data.partition.class_sets[client][np.argmax(logits, -1)])
   for i, w in enumerate(new_state.model.trainable):
     np.testing.assert_allclose(got[f"next_body{i}"], w, rtol=1e-5, atol=1e-6)
+
+  # The same export from the command line (binaries/export.py, a fresh process through
+  # cli.run_main): the same heads and the same body, value for value.
+  binary_dir = str(tmp_path / "export_binary")
+  done = subprocess.run([sys.executable, os.path.join(REPO, "binaries", "export.py"),
+                         f"--output_dir={out}", f"--export_dir={binary_dir}"],
+                        env=ENV, capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-3000:]
+  want, got_binary = (np.load(os.path.join(d, "heads.npz"))
+                      for d in (export_dir, binary_dir))
+  assert sorted(want.files) == sorted(got_binary.files) and want.files
+  for key in want.files:
+    np.testing.assert_array_equal(got_binary[key], want[key], err_msg=key)
+  from_binary = tf.keras.models.load_model(os.path.join(binary_dir, "body.keras"))
+  np.testing.assert_allclose(from_binary(x).numpy(), features, rtol=1e-5, atol=1e-5)

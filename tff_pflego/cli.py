@@ -3,8 +3,8 @@ one line for a stop, no workers left.
 
 Importing this module first (before anything that loads TensorFlow) sets the binary's
 logging defaults (TensorFlow's C++ INFO and WARNING lines off unless the user set
-`TF_CPP_MIN_LOG_LEVEL`) and makes Ctrl-C or SIGTERM during start-up print the same one
-line as later, with no traceback.
+`TF_CPP_MIN_LOG_LEVEL`), TensorFlow 2 behaviour for its late import, and makes Ctrl-C
+or SIGTERM during start-up print the same one line as later, with no traceback.
 
 `run_main(main)` parses flags with a parser whose mistakes exit 2 with one line, forbids
 TFF's implicit worker, turns `UserError` into one line on stderr and exit code 2,
@@ -24,6 +24,12 @@ from absl import app, flags, logging
 from tff_pflego.errors import RuntimeFailure, UserError
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# TensorFlow 2.15 first imported inside absl's `main` (after flag parsing, so that a
+# flag mistake is reported before it loads) leaves Keras building eager models on
+# graph tensors unless TF2_BEHAVIOR is set: `tf.keras.Sequential([InputLayer,
+# Flatten])` fails ("Attempt to convert a value (None)"), and with it every binary
+# that builds a body in Python (export.py, train.py --export_dir, benchmark_pflego.py).
+os.environ.setdefault("TF2_BEHAVIOR", "1")
 
 
 def stopped_message(signum: int) -> str:
