@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup setup-bazel run test bazel-build bazel-test benchmark benchmark-cost benchmark-memory benchmark-population profile-round benchmark-round-transfer reproduce crosscheck reproduce-unified
+.PHONY: setup setup-bazel run test bazel-build bazel-test benchmark benchmark-cost benchmark-memory benchmark-population profile-round benchmark-round-transfer benchmark-body-pass reproduce crosscheck reproduce-unified
 
 setup:
 	@bash tools/setup.sh
@@ -51,6 +51,12 @@ profile-round: setup
 benchmark-round-transfer: setup
 	$(PY) binaries/benchmark_round_transfer.py --rounds=90 \
 	    --output_dir=runs/benchmark_round_transfer
+
+## One body pass per client on this machine: the unit a round's seconds are counted in
+## (machines differ ~3x on Conv4); RUNS= run directories made here, set beside it.
+benchmark-body-pass: setup
+	$(PY) binaries/benchmark_body_pass.py --output_dir=runs/benchmark_body_pass \
+	    $(if $(RUNS),--runs=$(RUNS))
 
 ## The paper's Tables 1-2 on the five datasets (issue #14): cells never run first, then
 ## the cells run before records existed (their rows are in docs/results.csv, their
