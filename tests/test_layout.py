@@ -23,6 +23,14 @@ def test_every_library_module_is_in_a_bazel_target():
     assert globbed or f'"{relative}"' in build, f"{relative} is in no BUILD target"
 
 
+def test_every_binary_is_a_bazel_binary():
+  build = _build_file()
+  listed = build[build.index('srcs = ["binaries/%s.py" % name]'):]
+  for path in glob.glob(os.path.join(REPO, "binaries", "*.py")):
+    name = os.path.splitext(os.path.basename(path))[0]
+    assert f'"{name}",' in listed, f"binaries/{name}.py is in no BUILD py_binary"
+
+
 def test_tests_share_code_only_through_helpers_and_conftest():
   for path in glob.glob(os.path.join(REPO, "tests", "test_*.py")):
     with open(path) as f:
