@@ -27,5 +27,12 @@ def main(argv: list[str]) -> None:
     print(f"{name:26s} {path}")
 
 
+def check(argv: list[str]) -> None:
+  """Before TensorFlow loads: a run to export, and an export directory that can be made."""
+  from tff_pflego.experiment_config import check_creatable, load_run_config
+  load_run_config(_OUTPUT_DIR.value)
+  check_creatable(_EXPORT_DIR.value, "--export_dir")
+
+
 if __name__ == "__main__":
-  cli.run_main(main)
+  cli.run_main(main, check=check)

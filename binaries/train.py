@@ -24,12 +24,20 @@ from tff_pflego import settings
 settings.define_flags(__name__)
 
 
-def main(argv: list[str]) -> None:
-  from tff_pflego.experiment import ExperimentConfig, run_experiment
+def checked_config():
+  """The flags as a resolved `ExperimentConfig`: paper defaults filled in, every check
+  that needs no data passed (raises UserError). Loads no TensorFlow."""
+  from tff_pflego.experiment_config import ExperimentConfig, resolve
 
   # Every ExperimentConfig field has the flag of the same name.
   values = {f.name: flags.FLAGS[f.name].value for f in dataclasses.fields(ExperimentConfig)}
-  config = ExperimentConfig(**values | dict(workers=tuple(values["workers"])))
+  return resolve(ExperimentConfig(**values | dict(workers=tuple(values["workers"]))))
+
+
+def main(argv: list[str]) -> None:
+  from tff_pflego.experiment import run_experiment
+
+  config = checked_config()
   summary = run_experiment(config)
   print_summary(summary, config.output_dir)
 
@@ -52,4 +60,4 @@ def print_summary(summary: dict, output_dir: str) -> None:
 
 
 if __name__ == "__main__":
-  cli.run_main(main)
+  cli.run_main(main, check=lambda argv: checked_config())

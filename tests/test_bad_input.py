@@ -268,11 +268,8 @@ def test_every_setting_with_allowed_values_has_a_case():
 _BINARIES = sorted(n for n in os.listdir(os.path.dirname(TRAIN[1])) if n.endswith(".py"))
 
 
-@pytest.mark.parametrize("binary,flag", [("train.py", f) for f in (
-    "--rounds=-1", "--algorithm=sgd", "--dataset=imagenet", "--head_step=half",
-    "--partition=iid")] + [(b, "--no_such_flag=1") for b in _BINARIES])
-def test_a_flag_mistake_is_reported_before_tensorflow_loads(binary, flag):
-  """A mistyped flag costs a user a fraction of a second, not TensorFlow's start-up."""
+def _run_recording_tensorflow(binary: str, args: list[str]) -> subprocess.CompletedProcess:
+  """The binary's run; its last stdout line is "exit <code> <TensorFlow modules loaded>"."""
   code = ("import runpy, sys\n"
           "sys.argv = sys.argv[1:]\n"
           "try:\n"
@@ -281,11 +278,51 @@ def test_a_flag_mistake_is_reported_before_tensorflow_loads(binary, flag):
           "  print('exit', e.code, sorted(m for m in ('tensorflow', 'tensorflow_datasets',\n"
           "        'tensorflow_federated') if m in sys.modules))\n")
   path = os.path.join(os.path.dirname(TRAIN[1]), binary)
-  result = subprocess.run([sys.executable, "-c", code, path, flag], env=ENV,
-                          capture_output=True, text=True, timeout=120)
+  return subprocess.run([sys.executable, "-c", code, path, *args], env=ENV,
+                        capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("binary,flag", [("train.py", f) for f in (
+    "--rounds=-1", "--algorithm=sgd", "--dataset=imagenet", "--head_step=half",
+    "--partition=iid")] + [(b, "--no_such_flag=1") for b in _BINARIES])
+def test_a_flag_mistake_is_reported_before_tensorflow_loads(binary, flag):
+  """A mistyped flag costs a user a fraction of a second, not TensorFlow's start-up."""
+  result = _run_recording_tensorflow(binary, [flag])
   assert result.stdout.splitlines()[-1:] == ["exit 2 []"], result.stdout + result.stderr
   assert result.stderr.startswith("error: ") and flag.split("=")[0].lstrip("-") in (
       result.stderr), result.stderr
+
+
+@pytest.mark.parametrize("binary,args,message", [
+    ("train.py", ["--eval_clients=1000"], "--eval_clients must be in 1..--num_clients=100"),
+    ("train.py", ["--partition_file=/nonexistent/manifest.json"],
+     "--partition_file /nonexistent/manifest.json: No such file or directory"),
+    ("train.py", ["--workers=localhost"], "not a host:port address"),
+    ("train.py", ["--output_dir=/proc/forbidden"], "is not writable"),
+    ("train.py", ["--resume", "--overwrite"], "not both"),
+    ("export.py", ["--output_dir=/nonexistent", "--export_dir=/nonexistent_export"],
+     "--output_dir /nonexistent holds no run"),
+    # The control: input that passes every check without data reaches the data (here
+    # missing), and TensorFlow loads before that is found.
+    ("train.py", ["--dataset=mnist"], None),
+])
+def test_input_refused_without_data_is_refused_before_tensorflow_loads(
+    binary, args, message, tmp_path):
+  """Checks that need no data (ranges across settings, a manifest, a directory) run
+  before TensorFlow loads, in a fraction of a second."""
+  if message is None:
+    args = args + [f"--data_dir={tmp_path}/data", f"--raw_data_dir={tmp_path}/raw",
+                   f"--output_dir={tmp_path}/out"]
+  result = _run_recording_tensorflow(binary, args)
+  last = result.stdout.splitlines()[-1:]
+  if message is None:
+    assert last and last[0].startswith("exit 2 ['tensorflow"), result.stdout + result.stderr
+    assert "expected raw file" in result.stderr, result.stderr
+    return
+  assert last == ["exit 2 []"], result.stdout + result.stderr
+  assert result.stderr == f"error: {message}\n" or (
+      result.stderr.startswith("error: ") and message in result.stderr
+      and result.stderr.count("\n") == 1), result.stderr
 
 
 def test_the_python_api_checks_the_same_ranges():

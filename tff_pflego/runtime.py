@@ -49,6 +49,7 @@ from tensorflow_federated.python.core.environments.tensorflow_frontend import (
     tensorflow_computation)
 
 from tff_pflego.errors import UserError, WorkerLostError
+from tff_pflego.worker_address import parse_address
 
 _PR_SET_PDEATHSIG = 1
 _GRPC_OPTIONS = [("grpc.max_message_length", -1),
@@ -266,14 +267,6 @@ def _address_health(address: str, failures_allowed: int = 2) -> Callable[[], Opt
         return None
       return f"the TFF worker at {address} is unreachable ({e.strerror or e})"
   return check
-
-
-def parse_address(address: str) -> tuple[str, int]:
-  """'host:port' -> (host, port); raises ValueError on anything else."""
-  host, sep, port = address.strip().rpartition(":")
-  if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-    raise ValueError(f"not a host:port address: {address!r}")
-  return host, int(port)
 
 
 _STOP_SIGNAL: Optional[int] = None  # the SIGINT/SIGTERM received while a context ran

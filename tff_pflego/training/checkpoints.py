@@ -32,9 +32,10 @@ import tensorflow_federated as tff
 
 from tff_pflego.errors import UserError
 from tff_pflego.training import program_io
+from tff_pflego.training.run_files import CHECKPOINT_PREFIX
 
 FORMAT = "tff_pflego/checkpoint/v1"
-PREFIX = "round_"
+PREFIX = CHECKPOINT_PREFIX
 
 
 class CheckpointError(UserError):

@@ -44,14 +44,12 @@ from tff_pflego.training import curves, evaluation, ledger, outputs
 from tff_pflego.training.checkpoints import CheckpointManager, RunState
 from tff_pflego.training.client_store import ClientStateStore
 from tff_pflego.training.release import RunReleaser, read_rows
+from tff_pflego.training.run_files import CHECKPOINT_DIR, CONFIG_FILE, PARTITION_FILE
 from tff_pflego.training.sampling import ClientSampler
 
 FINAL_WINDOW = 10
 CLIENT_FIELDS = ["client", "classes", "num_train", "num_test", "train_loss",
                  "train_accuracy", "test_loss", "test_accuracy"]
-CHECKPOINT_DIR = "checkpoints"
-CONFIG_FILE = "config.json"
-PARTITION_FILE = "partition.json"
 
 
 @dataclasses.dataclass
