@@ -32,13 +32,19 @@ _TITLE = flags.DEFINE_string("title", "", "Figure title.")
 WINDOW = 10  # rounds averaged for the sampled protocol's curve
 
 
-def run_curves(run_dir: str) -> dict[str, list[float]]:
-  """The plotted columns of one run (NaN where a protocol was not evaluated)."""
-  from tff_pflego.training.release import read_rows
+def _run_files(run_dir: str) -> dict[str, str]:
+  """A run's (or its record's) metrics.csv and rounds.csv; raises UserError if missing."""
   paths = {name: os.path.join(run_dir, name) for name in ("metrics.csv", "rounds.csv")}
   for path in paths.values():
     if not (os.path.exists(path) or os.path.exists(path + ".gz")):  # a run, or its record
       raise UserError(f"--runs: {run_dir} holds no run ({path} is missing)")
+  return paths
+
+
+def run_curves(run_dir: str) -> dict[str, list[float]]:
+  """The plotted columns of one run (NaN where a protocol was not evaluated)."""
+  from tff_pflego.records import read_rows
+  paths = _run_files(run_dir)
   evals = read_rows(paths["metrics.csv"])
   rounds = read_rows(paths["rounds.csv"])
   column = lambda rows, name: [float(r.get(name, np.nan)) for r in rows]
@@ -53,15 +59,22 @@ def run_curves(run_dir: str) -> dict[str, list[float]]:
               round=column(rounds, "round"), sampled_pooled_last10=trailing)
 
 
+def check(argv: list[str]) -> list[str]:
+  """Before anything loads: a label per run, and runs that exist; returns the labels."""
+  labels = _LABELS.value or _RUNS.value
+  if len(labels) != len(_RUNS.value):
+    raise UserError(f"--labels gives {len(labels)} labels for {len(_RUNS.value)} runs")
+  for run_dir in _RUNS.value:
+    _run_files(run_dir)
+  return labels
+
+
 def main(argv: list[str]) -> None:
-  del argv
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  labels = _LABELS.value or _RUNS.value
-  if len(labels) != len(_RUNS.value):
-    raise UserError(f"--labels gives {len(labels)} labels for {len(_RUNS.value)} runs")
+  labels = check(argv)
   curves = {label: run_curves(run) for label, run in zip(labels, _RUNS.value)}
   fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(13, 4.8), layout="constrained")
   for k, (label, c) in enumerate(curves.items()):
@@ -94,4 +107,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  cli.run_main(main)
+  cli.run_main(main, check=check, tensorflow=False)

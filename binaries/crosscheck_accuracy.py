@@ -27,13 +27,15 @@ from __future__ import annotations
 # First: sets the logging defaults and a one-line Ctrl-C before TensorFlow loads.
 from tff_pflego import cli  # pylint: disable=g-bad-import-order
 
-import os
 import json
+import os
 
 from absl import flags
 import numpy as np
 import tqdm
 
+from tff_pflego import records
+from tff_pflego.errors import UserError
 from tff_pflego.training import ceiling
 
 
@@ -57,15 +59,32 @@ def _client_data(data):
            for part in ("train", "test")} for i in range(data.num_clients)]
 
 
-def _prepared(seed: int):
-  """The resolved settings and prepared data of `train.py` for these flags and seed."""
-  from tff_pflego import experiment
-  config = experiment.ExperimentConfig(
+def _seeds() -> list[int]:
+  try:
+    seeds = [int(s) for s in _PARTITION_SEEDS.value]
+  except ValueError:
+    seeds = []
+  if not seeds or min(seeds) < 0:
+    raise UserError(f"--partition_seeds must be integers >= 0, got "
+                    f"{','.join(_PARTITION_SEEDS.value)!r}")
+  return seeds
+
+
+def _resolved(seed: int):
+  """The resolved settings of `train.py` for these flags and seed (no TensorFlow)."""
+  from tff_pflego.experiment_config import ExperimentConfig, resolve
+  config = ExperimentConfig(
       dataset=_DATASET.value, personalization=_PERSONALIZATION.value, seed=seed,
       rounds=_ROUNDS.value, output_dir=os.path.join(_OUTPUT_DIR.value, "unused"))
   if _DATA_DIR.value:
     config.data_dir = _DATA_DIR.value
-  c = experiment.resolve(config)
+  return resolve(config)
+
+
+def _prepared(seed: int):
+  """The resolved settings and prepared data of `train.py` for these flags and seed."""
+  from tff_pflego import experiment
+  c = _resolved(seed)
   return c, experiment.prepare(c)
 
 
@@ -167,11 +186,17 @@ def central_upper_bound(seed: int, data) -> dict:
 
 
 def tff_curve(run_dir: str) -> tuple[list, float]:
-  from tff_pflego.training.release import read_rows
-  rows = [r for r in read_rows(os.path.join(run_dir, "metrics.csv")) if r["round"] > 0]
-  with open(os.path.join(run_dir, "summary.json")) as f:
-    final = json.load(f)["final"]["test_accuracy_mean"]
-  return [(int(r["round"]), float(r["test_accuracy_mean"])) for r in rows], final
+  """A train.py run's all-client mean accuracy per evaluation, and its final figure."""
+  try:
+    with open(os.path.join(run_dir, "metrics.csv")):
+      pass  # read_rows takes a missing file for an empty one
+    rows = [r for r in records.read_rows(os.path.join(run_dir, "metrics.csv"))
+            if r["round"] > 0]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+      final = float(json.load(f)["final"]["test_accuracy_mean"])
+    return [(int(r["round"]), float(r["test_accuracy_mean"])) for r in rows], final
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise UserError(f"--tff_run {run_dir} is not a finished train.py run: {e}") from None
 
 
 def plot(path: str, results: dict) -> None:
@@ -208,6 +233,14 @@ def plot(path: str, results: dict) -> None:
   plt.close(fig)
 
 
+def check(argv) -> None:
+  """Before TensorFlow loads: the seeds, every seed's settings, the run to compare."""
+  for seed in _seeds():
+    _resolved(seed)
+  if _TFF_RUN.value:
+    tff_curve(_TFF_RUN.value)
+
+
 def main(argv) -> None:
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
   results = {}
@@ -215,7 +248,7 @@ def main(argv) -> None:
     curve, final = tff_curve(_TFF_RUN.value)
     results["tff"] = dict(run=_TFF_RUN.value, curve=curve, final_test_accuracy_mean=final)
   results.update(independent=[], central=[], central_personalized=[])
-  for seed in (int(s) for s in _PARTITION_SEEDS.value):
+  for seed in _seeds():
     c, p = _prepared(seed)  # the data once per seed, for all three
     results["independent"].append(independent_pflego(seed, c, p))
     results["central"].append(central_upper_bound(seed, p.data))
@@ -237,4 +270,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  cli.run_main(main)
+  cli.run_main(main, check=check)

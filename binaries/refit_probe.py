@@ -208,8 +208,9 @@ def probe(run_dir: str, steps: list[int], starts: list[str]) -> dict:
   return result
 
 
-def main(argv) -> None:
-  del argv
+def check(argv) -> list[int]:
+  """Before TensorFlow loads: the starts, the steps, a run to probe; returns the steps."""
+  from tff_pflego.experiment_config import load_run_config
   starts = [s for s in _STARTS.value if s not in STARTS]
   if starts:
     raise UserError(f"--starts: unknown {starts}; choose from {list(STARTS)}")
@@ -219,6 +220,12 @@ def main(argv) -> None:
     raise UserError(f"--steps must be integers, got {_STEPS.value}") from None
   if any(s < 0 for s in steps):
     raise UserError(f"--steps must be >= 0, got {steps}")
+  load_run_config(_RUN_DIR.value, "--run_dir")
+  return steps
+
+
+def main(argv) -> None:
+  steps = check(argv)
   result = probe(_RUN_DIR.value, steps, _STARTS.value)
   path = os.path.join(_RUN_DIR.value, "refit_probe.json")
   with open(path, "w") as f:
@@ -228,4 +235,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  cli.run_main(main)
+  cli.run_main(main, check=check)

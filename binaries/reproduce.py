@@ -184,7 +184,7 @@ def keep_record(dataset: str, degree: str, algorithm: str, seed: int) -> None:
 
 def cell_config(dataset: str, degree: str, algorithm: str, seed: int):
   """The cell's ExperimentConfig: the paper's settings."""
-  from tff_pflego.experiment import ExperimentConfig
+  from tff_pflego.experiment_config import ExperimentConfig
   config = ExperimentConfig(
       dataset=dataset, algorithm=algorithm, personalization=degree, seed=seed,
       rounds=_ROUNDS.value or paper_table_rounds(dataset),
@@ -665,15 +665,44 @@ def failed_cell(label: str, error: Exception) -> bool:
   return True
 
 
-def main(argv) -> None:
-  from tff_pflego.training import grid
-  os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
+def asked_cells() -> list[tuple]:
+  """(dataset, degree, algorithm, seed) of every cell the flags ask for."""
+  return [(d, g, a, int(s)) for d in _DATASETS.value for g in degrees_of(d)
+          for a in _ALGORITHMS.value for s in _SEEDS.value]
+
+
+def check(argv) -> None:
+  """Before TensorFlow loads: the degrees, datasets and seeds named, and every asked
+  cell's settings as `train.py` checks them (its output directory aside: whether a
+  cell starts or continues is `run_or_continue`'s to decide)."""
+  import dataclasses
+  import tempfile
+  from tff_pflego.data import sources
+  from tff_pflego.experiment_config import resolve
   for degree in _DEGREES.value:
     if degree not in DEGREES:
       raise UserError(f"--degrees: unknown degree {degree!r}; choose from "
-                          f"{', '.join(DEGREES)}")
-  work = [(d, g, a, int(s)) for d in _DATASETS.value for g in degrees_of(d)
-          for a in _ALGORITHMS.value for s in _SEEDS.value]
+                      f"{', '.join(DEGREES)}")
+  for dataset in _DATASETS.value:
+    try:
+      sources.get_dataset_spec(dataset)
+    except UserError as e:
+      raise UserError(f"--datasets: {e}") from None
+  for seed in _SEEDS.value:
+    if not seed.strip().lstrip("-").isdigit():
+      raise UserError(f"--seeds: {seed!r} is not an integer")
+  unused = os.path.join(tempfile.gettempdir(), "tff_pflego_not_written")
+  for cell in asked_cells():
+    try:
+      resolve(dataclasses.replace(cell_config(*cell), output_dir=unused, overwrite=True))
+    except UserError as e:
+      raise UserError(f"cell {'/'.join(map(str, cell))}: {e}") from None
+
+
+def main(argv) -> None:
+  from tff_pflego.training import grid
+  os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
+  work = asked_cells()
   fresh, failed = [], []
   for number, cell in enumerate(work, 1):
     label = f"[{number}/{len(work)}] {'/'.join(map(str, cell))}"
@@ -705,4 +734,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  cli.run_main(main)
+  cli.run_main(main, check=check)

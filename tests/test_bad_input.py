@@ -302,6 +302,18 @@ def test_a_flag_mistake_is_reported_before_tensorflow_loads(binary, flag):
     ("train.py", ["--resume", "--overwrite"], "not both"),
     ("export.py", ["--output_dir=/nonexistent", "--export_dir=/nonexistent_export"],
      "--output_dir /nonexistent holds no run"),
+    ("reproduce.py", ["--algorithms=pflego,sgd"],
+     "cell fashion_mnist/high/sgd/0: --algorithm must be one of"),
+    ("reproduce.py", ["--datasets=imagenet"], "--datasets: unknown dataset 'imagenet'"),
+    ("reproduce.py", ["--seeds=0,x"], "--seeds: 'x' is not an integer"),
+    ("reproduce.py", ["--degrees=extreme"], "--degrees: unknown degree 'extreme'"),
+    ("crosscheck_accuracy.py", ["--tff_run=/nonexistent"],
+     "--tff_run /nonexistent is not a finished train.py run"),
+    ("crosscheck_accuracy.py", ["--partition_seeds=a"],
+     "--partition_seeds must be integers >= 0, got 'a'"),
+    ("refit_probe.py", ["--run_dir=/nonexistent"],
+     "--run_dir /nonexistent holds no run (config.json is missing)"),
+    ("compare_runs.py", ["--runs=/nonexistent"], "--runs: /nonexistent holds no run"),
     # The control: input that passes every check without data reaches the data (here
     # missing), and TensorFlow loads before that is found.
     ("train.py", ["--dataset=mnist"], None),

@@ -68,13 +68,16 @@ def _parse_flags(argv: list[str]) -> list[str]:
 
 
 def run_main(main: Callable[[list[str]], None],
-             check: Optional[Callable[[list[str]], None]] = None) -> None:
+             check: Optional[Callable[[list[str]], None]] = None,
+             tensorflow: bool = True) -> None:
   """Runs `main` under absl: a bad flag or argument is one line and exit 2 before
   TensorFlow loads; a UserError is one line and exit 2, a RuntimeFailure exit 1.
 
   `check(argv)`, if given, runs after the flags are parsed and before TensorFlow loads
   (it must not load it): the input checks that need no data, so that a UserError it
   raises costs a user a fraction of a second, not TensorFlow's start-up.
+  `tensorflow=False`: `main` never loads TensorFlow or TFF (a plotting tool), so no TFF
+  worker is forbidden up front and a stop exits at once, as during start-up.
   """
 
   def guarded(argv: list[str]) -> None:
@@ -87,6 +90,9 @@ def run_main(main: Callable[[list[str]], None],
     try:
       if check is not None:
         check(argv)
+      if not tensorflow:
+        main(argv)
+        return
       from tff_pflego import runtime
       runtime.forbid_implicit_workers()  # also drops TFF's default, which errs at exit
       with runtime.stop_signals_as_exceptions():
