@@ -26,7 +26,6 @@ RUN_FILES = ("metrics.csv", "rounds.csv", "summary.json", "clients.csv", "curves
              run_files.PARTITION_FILE)
 
 
-
 def _setting(name: str):
   """A field whose default is the setting's (`tff_pflego.settings`)."""
   value = settings.default(name)
