@@ -141,15 +141,8 @@ def predicted_round_s(run: dict, passes: dict) -> float:
                            + run["backward_passes"] * passes["forward_backward_s"])
 
 
-def plot(path: str, results: dict) -> None:
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
+def _plot_bodies(ax, results: dict) -> None:
   import numpy as np
-  panels = 2 if results["runs"] else 1
-  fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4), constrained_layout=True,
-                           squeeze=False)
-  ax = axes[0][0]
   bodies = results["bodies"]
   x = np.arange(len(bodies))
   for offset, key, label in ((-0.2, "forward_s", "forward"),
@@ -163,29 +156,50 @@ def plot(path: str, results: dict) -> None:
          title=f"{results['machine']['cpu']} ({', '.join(results['machine']['extensions'])}),"
                f" {results['machine']['cores']} cores")
   ax.legend()
-  if results["runs"]:
-    ax = axes[0][1]
-    runs = results["runs"]
-    x = np.arange(len(runs))
-    ax.bar(x, [r["predicted_round_s"] for r in runs], 0.6, label="its body passes",
-           color="tab:blue")
-    bars = ax.bar(x, [r["round_s"] - r["predicted_round_s"] for r in runs], 0.6,
-                  bottom=[r["predicted_round_s"] for r in runs], label="the rest",
-                  color="tab:gray")
-    ax.bar_label(bars, labels=[f"{r['round_s']:.1f} s" for r in runs])
-    ax.set_xticks(x, [f"{r['algorithm']}\n{r['dataset']}" for r in runs])
-    ax.set(ylabel="median round (s)", title="A run's round: body passes and the rest")
-    ax.legend()
+
+
+def _plot_runs(ax, results: dict) -> None:
+  import numpy as np
+  runs = results["runs"]
+  x = np.arange(len(runs))
+  ax.bar(x, [r["predicted_round_s"] for r in runs], 0.6, label="its body passes",
+         color="tab:blue")
+  bars = ax.bar(x, [r["round_s"] - r["predicted_round_s"] for r in runs], 0.6,
+                bottom=[r["predicted_round_s"] for r in runs], label="the rest",
+                color="tab:gray")
+  ax.bar_label(bars, labels=[f"{r['round_s']:.1f} s" for r in runs])
+  ax.set_xticks(x, [f"{r['algorithm']}\n{r['dataset']}" for r in runs])
+  ax.set(ylabel="median round (s)", title="A run's round: body passes and the rest")
+  ax.legend()
+
+
+def plot(path: str, results: dict) -> None:
+  """One panel for the bodies timed at the paper's sizes, one for the runs (each if any)."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  panels = [draw for draw, key in ((_plot_bodies, "bodies"), (_plot_runs, "runs"))
+            if results[key]]
+  fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4),
+                           constrained_layout=True, squeeze=False)
+  for draw, ax in zip(panels, axes[0]):
+    draw(ax, results)
   fig.savefig(path, dpi=120)
   plt.close(fig)
 
 
-def main(argv) -> None:
-  del argv
+def check(argv) -> list[dict]:
+  """Before TensorFlow loads: the datasets named and the runs; returns the runs read."""
   unknown = sorted(set(_DATASETS.value) - set(PAPER_CLIENTS))
   if unknown:
     raise UserError(f"--datasets: {', '.join(unknown)} not one of {', '.join(PAPER_CLIENTS)}")
-  runs = [read_run(d) for d in _RUNS.value]  # bad input refused before any timing
+  if not _DATASETS.value and not _RUNS.value:
+    raise UserError("nothing to measure: --datasets is empty and no --runs given")
+  return [read_run(d) for d in _RUNS.value]
+
+
+def main(argv) -> None:
+  runs = check(argv)
   repeats = _REPEATS.value
   results = dict(machine=machine(), repeats=repeats,
                  measured_at=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -213,4 +227,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  cli.run_main(main)
+  cli.run_main(main, check=check)

@@ -65,6 +65,7 @@ def test_round_is_set_beside_its_body_passes(tmp_path):
 @pytest.mark.parametrize("flag, message", [
     ("--runs={missing}", "--runs {missing}: not a run directory"),
     ("--datasets=mnist", "--datasets: mnist not one of"),
+    ("--datasets=", "nothing to measure"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, flag, message):
   missing, out = str(tmp_path / "missing"), str(tmp_path / "out")
