@@ -39,6 +39,20 @@ TIMING_COLUMNS = {"wall_time_s", "round_time_s", "client_time_s", "client_comput
                   "client_time_max_s", "server_time_s"}
 
 
+def run_recording_tensorflow(binary: str, args: list[str]) -> subprocess.CompletedProcess:
+  """Runs binaries/`binary` with `args`; its last stdout line is "exit <code> <the
+  TensorFlow modules loaded>" (code None: main returned)."""
+  code = ("import runpy, sys\n"
+          "sys.argv = sys.argv[1:]\n"
+          "try:\n"
+          "  runpy.run_path(sys.argv[0], run_name='__main__')\n"
+          "except SystemExit as e:\n"
+          "  print('exit', e.code, sorted(m for m in ('tensorflow', 'tensorflow_datasets',\n"
+          "        'tensorflow_federated') if m in sys.modules))\n")
+  return subprocess.run([sys.executable, "-c", code, os.path.join(REPO, "binaries", binary),
+                         *args], env=ENV, capture_output=True, text=True, timeout=120)
+
+
 def tiny_run(data_dir, output_dir, rounds=2):
   return TRAIN + ["--dataset=fashion_mnist", "--num_clients=5", "--clients_per_round=2",
                   f"--rounds={rounds}", "--local_steps=2", f"--data_dir={data_dir}",

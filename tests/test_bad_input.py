@@ -17,7 +17,7 @@ from typing import Callable
 
 import pytest
 
-from tests.helpers import ENV, TRAIN, tiny_run
+from tests.helpers import ENV, TRAIN, run_recording_tensorflow, tiny_run
 
 FASHION_RAW = "/usr/share/datasets/fashion-mnist"
 
@@ -268,26 +268,12 @@ def test_every_setting_with_allowed_values_has_a_case():
 _BINARIES = sorted(n for n in os.listdir(os.path.dirname(TRAIN[1])) if n.endswith(".py"))
 
 
-def _run_recording_tensorflow(binary: str, args: list[str]) -> subprocess.CompletedProcess:
-  """The binary's run; its last stdout line is "exit <code> <TensorFlow modules loaded>"."""
-  code = ("import runpy, sys\n"
-          "sys.argv = sys.argv[1:]\n"
-          "try:\n"
-          "  runpy.run_path(sys.argv[0], run_name='__main__')\n"
-          "except SystemExit as e:\n"
-          "  print('exit', e.code, sorted(m for m in ('tensorflow', 'tensorflow_datasets',\n"
-          "        'tensorflow_federated') if m in sys.modules))\n")
-  path = os.path.join(os.path.dirname(TRAIN[1]), binary)
-  return subprocess.run([sys.executable, "-c", code, path, *args], env=ENV,
-                        capture_output=True, text=True, timeout=120)
-
-
 @pytest.mark.parametrize("binary,flag", [("train.py", f) for f in (
     "--rounds=-1", "--algorithm=sgd", "--dataset=imagenet", "--head_step=half",
     "--partition=iid")] + [(b, "--no_such_flag=1") for b in _BINARIES])
 def test_a_flag_mistake_is_reported_before_tensorflow_loads(binary, flag):
   """A mistyped flag costs a user a fraction of a second, not TensorFlow's start-up."""
-  result = _run_recording_tensorflow(binary, [flag])
+  result = run_recording_tensorflow(binary, [flag])
   assert result.stdout.splitlines()[-1:] == ["exit 2 []"], result.stdout + result.stderr
   assert result.stderr.startswith("error: ") and flag.split("=")[0].lstrip("-") in (
       result.stderr), result.stderr
@@ -325,7 +311,7 @@ def test_input_refused_without_data_is_refused_before_tensorflow_loads(
   if message is None:
     args = args + [f"--data_dir={tmp_path}/data", f"--raw_data_dir={tmp_path}/raw",
                    f"--output_dir={tmp_path}/out"]
-  result = _run_recording_tensorflow(binary, args)
+  result = run_recording_tensorflow(binary, args)
   last = result.stdout.splitlines()[-1:]
   if message is None:
     assert last and last[0].startswith("exit 2 ['tensorflow"), result.stdout + result.stderr

@@ -7,12 +7,10 @@ import csv
 import gzip
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 
-from tests.helpers import ENV, REPO
+from tests.helpers import run_recording_tensorflow
 
 # Rounds 1..12; the sampled protocol is missing (NaN) at rounds 3 and 4.
 SAMPLED = [0.1 * k if k not in (3, 4) else None for k in range(1, 13)]
@@ -36,17 +34,8 @@ def test_curves_are_the_runs_columns_and_tensorflow_never_loads(tmp_path):
   _write(os.path.join(run, "rounds.csv"), ["round", "test_accuracy_sampled_pooled"],
          [(k + 1, v) for k, v in enumerate(SAMPLED)])
   out = str(tmp_path / "compare" / "fig")
-  code = ("import runpy, sys\n"
-          "sys.argv = sys.argv[1:]\n"
-          "try:\n"
-          "  runpy.run_path(sys.argv[0], run_name='__main__')\n"
-          "except SystemExit as e:\n"
-          "  print('exit', e.code, [m for m in ('tensorflow', 'tensorflow_federated')\n"
-          "                         if m in sys.modules])\n")
-  result = subprocess.run(
-      [sys.executable, "-c", code, os.path.join(REPO, "binaries", "compare_runs.py"),
-       f"--runs={run}", "--labels=a", f"--output={out}"],
-      env=ENV, capture_output=True, text=True, timeout=120)
+  result = run_recording_tensorflow(
+      "compare_runs.py", [f"--runs={run}", "--labels=a", f"--output={out}"])
   assert result.stdout.splitlines()[-1] == "exit None []", result.stdout + result.stderr
   assert os.path.getsize(out + ".png") > 0
   with open(out + ".json") as f:
