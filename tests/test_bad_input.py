@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from typing import Callable
 
 import pytest
