@@ -26,7 +26,7 @@ def test_every_library_module_is_in_a_bazel_target():
 def test_every_binary_is_a_bazel_binary():
   build = _build_file()
   listed = build[build.index('srcs = ["binaries/%s.py" % name]'):]
-  for path in glob.glob(os.path.join(REPO, "binaries", "*.py")):
+  for path in glob.glob(os.path.join(REPO, "binaries", "[!_]*.py")):  # Bazel adds __init__
     name = os.path.splitext(os.path.basename(path))[0]
     assert f'"{name}",' in listed, f"binaries/{name}.py is in no BUILD py_binary"
 
