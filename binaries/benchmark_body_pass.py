@@ -30,8 +30,8 @@ from __future__ import annotations
 # First: sets the logging defaults and a one-line Ctrl-C before TensorFlow loads.
 from tff_pflego import cli  # pylint: disable=g-bad-import-order
 
-import contextlib
 import csv
+import dataclasses
 import gzip
 import json
 import os
@@ -42,6 +42,7 @@ from absl import flags
 
 from tff_pflego import files
 from tff_pflego.errors import UserError
+from tff_pflego.machine import this_machine
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/benchmark_body_pass",
                                   "Where results go.")
@@ -57,19 +58,6 @@ _DATASETS = flags.DEFINE_list(
     "datasets", list(PAPER_CLIENTS),
     f"Bodies timed at the paper's client size, named by their dataset: any of "
     f"{', '.join(PAPER_CLIENTS)} (none: only --runs).")
-
-
-def machine() -> dict:
-  """The CPU model, its vector extensions that matter to TensorFlow's kernels, the cores."""
-  model, extensions = "unknown CPU", []
-  with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-    for line in f:
-      if line.startswith("model name") and model == "unknown CPU":
-        model = line.split(":", 1)[1].strip()
-      if line.startswith("flags"):
-        cpu_flags = set(line.split(":", 1)[1].split())
-        extensions = [e for e in ("avx2", "fma", "avx512f", "avx512_vnni") if e in cpu_flags]
-  return dict(cpu=model, extensions=extensions, cores=len(os.sched_getaffinity(0)))
 
 
 def time_passes(dataset: str, examples: int, repeats: int) -> dict:
@@ -201,7 +189,7 @@ def check(argv) -> list[dict]:
 def main(argv) -> None:
   runs = check(argv)
   repeats = _REPEATS.value
-  results = dict(machine=machine(), repeats=repeats,
+  results = dict(machine=dataclasses.asdict(this_machine()), repeats=repeats,
                  measured_at=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                  bodies=[time_passes(d, PAPER_CLIENTS[d], repeats)
                          for d in _DATASETS.value], runs=[])

@@ -46,6 +46,7 @@ import numpy as np
 
 from tff_pflego import files
 from tff_pflego.errors import UserError
+from tff_pflego.machine import this_machine
 
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/benchmark_cost", "Where results go.")
@@ -160,22 +161,13 @@ def with_ratios(result: dict) -> dict:
   return result
 
 
-def machine() -> str:
-  """The CPU model and the cores this process may use: what a kept time depends on."""
-  model = "unknown CPU"
-  with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-    model = next((line.split(":", 1)[1].strip() for line in f
-                  if line.startswith("model name")), model)
-  return f"{model}, {len(os.sched_getaffinity(0))} cores"
-
-
 def measurement_key(dataset: str, name: str, rounds: int) -> dict:
   """What a kept measurement must match: the algorithm's settings and data (its
   checkpoint fingerprint), the timed rounds and the machine."""
   from tff_pflego import experiment
   prepared, _ = experiment.prepare_training(dataset, name, _DATA_DIR.value)
   return json.loads(json.dumps(dict(fingerprint=prepared.fingerprint, rounds=rounds,
-                                    machine=machine())))
+                                    machine=this_machine().label())))
 
 
 def _measurement_path(body: str, name: str) -> str:

@@ -675,10 +675,8 @@ def check(argv) -> None:
   """Before TensorFlow loads: the degrees, datasets and seeds named, and every asked
   cell's settings as `train.py` checks them (its output directory aside: whether a
   cell starts or continues is `run_or_continue`'s to decide)."""
-  import dataclasses
-  import tempfile
   from tff_pflego.data import sources
-  from tff_pflego.experiment_config import resolve
+  from tff_pflego.experiment_config import resolve, without_output
   for degree in _DEGREES.value:
     if degree not in DEGREES:
       raise UserError(f"--degrees: unknown degree {degree!r}; choose from "
@@ -691,10 +689,9 @@ def check(argv) -> None:
   for seed in _SEEDS.value:
     if not seed.strip().lstrip("-").isdigit():
       raise UserError(f"--seeds: {seed!r} is not an integer")
-  unused = os.path.join(tempfile.gettempdir(), "tff_pflego_not_written")
   for cell in asked_cells():
     try:
-      resolve(dataclasses.replace(cell_config(*cell), output_dir=unused, overwrite=True))
+      resolve(without_output(cell_config(*cell)))
     except UserError as e:
       raise UserError(f"cell {'/'.join(map(str, cell))}: {e}") from None
 

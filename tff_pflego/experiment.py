@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import tempfile
 from typing import Any, Optional
 
 from tff_pflego import config as config_lib
@@ -20,7 +19,7 @@ from tff_pflego.data import load_federated_data
 from tff_pflego.experiment_config import (ExperimentConfig, check_creatable,
                                          existing_run_files, has_checkpoint,
                                          load_run_config, make_dir, partition_scheme,
-                                         resolve)
+                                         resolve, without_output)
 from tff_pflego.training import driver, evaluation
 from tff_pflego.training.sampling import ClientSampler
 
@@ -65,9 +64,7 @@ def prepare_training(dataset: str, algorithm: str, data_dir: Optional[str] = Non
   """The prepared data and sampler of a setting (the paper's where `settings` says
   nothing) and its `training_algorithm`, `next` on client ids: for benchmarks and
   tools that time rounds outside a run (nothing is written to an output directory)."""
-  config = ExperimentConfig(
-      dataset=dataset, algorithm=algorithm, overwrite=True,
-      output_dir=os.path.join(tempfile.gettempdir(), "tff_pflego_not_written"), **settings)
+  config = without_output(ExperimentConfig(dataset=dataset, algorithm=algorithm, **settings))
   if data_dir:
     config.data_dir = data_dir
   prepared = prepare(resolve(config))

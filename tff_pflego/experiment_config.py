@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import tempfile
 from typing import Optional
 
 from tff_pflego import config as config_lib
@@ -136,6 +137,14 @@ def resolve(config: ExperimentConfig) -> ExperimentConfig:
   if c.export_dir is not None:
     check_creatable(c.export_dir, "--export_dir")
   return c
+
+
+def without_output(c: ExperimentConfig) -> ExperimentConfig:
+  """`c` for a setting resolved or prepared outside a run (benchmarks, up-front checks):
+  its output directory is one nothing is written to, so `resolve` accepts it."""
+  return dataclasses.replace(
+      c, overwrite=True, resume=None,
+      output_dir=os.path.join(tempfile.gettempdir(), "tff_pflego_not_written"))
 
 
 def partition_scheme(c: ExperimentConfig) -> PartitionScheme:
