@@ -24,6 +24,14 @@ def test_reads_the_first_processors_model_and_extensions(tmp_path):
   assert this_machine(str(path)).label() == f"Example CPU 9000, {cores} cores"
 
 
+def test_a_first_processor_without_tracked_extensions_has_none(tmp_path):
+  path = tmp_path / "cpuinfo"
+  first_without = _CPUINFO.replace("avx avx2 fma avx512f avx512bw", "avx")
+  path.write_text(first_without.replace("flags\t\t: fpu sse2\n", "flags\t\t: fpu avx2\n"))
+  assert this_machine(str(path)).extensions == ()
+  assert this_machine(str(path)).cpu == "Example CPU 9000"
+
+
 def test_an_unreadable_cpuinfo_is_an_unknown_cpu(tmp_path):
   machine = this_machine(str(tmp_path / "missing"))
   assert (machine.cpu, machine.extensions) == ("unknown CPU", ())

@@ -28,9 +28,11 @@ def this_machine(cpuinfo: str = "/proc/cpuinfo") -> Machine:
   model, extensions = "unknown CPU", ()
   with contextlib.suppress(OSError), open(cpuinfo) as f:
     for line in f:
-      if line.startswith("model name") and model == "unknown CPU":
+      if not line.strip():  # the first processor's block ends at its first blank line
+        break
+      if line.startswith("model name"):
         model = line.split(":", 1)[1].strip()
-      if line.startswith("flags") and not extensions:
+      if line.startswith("flags"):
         cpu_flags = set(line.split(":", 1)[1].split())
         extensions = tuple(e for e in _EXTENSIONS if e in cpu_flags)
   return Machine(model, extensions, len(os.sched_getaffinity(0)))
