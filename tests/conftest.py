@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -17,6 +18,14 @@ def tff_context():
   runtime.forbid_implicit_workers()
   with runtime.local_execution_context() as worker:
     yield worker
+
+
+@pytest.fixture(scope="session", autouse=True)
+def children_tmpdir():
+  """The binaries' temporary directory (tests/helpers.py), removed with what they left."""
+  from tests import helpers
+  yield helpers.CHILDREN_TMPDIR
+  shutil.rmtree(helpers.CHILDREN_TMPDIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ import os
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -32,8 +33,12 @@ TRAIN = [sys.executable, os.path.join(REPO, "binaries", "train.py")]
 # a start-up defect of every binary that builds a Keras body, tff_pflego/cli.py).
 SET_BY_TENSORFLOW = ("TF2_BEHAVIOR", "TPU_ML_PLATFORM", "KMP_DUPLICATE_LIB_OK",
                      "KMP_INIT_AT_FORK")
+# The binaries' temporary files go to a directory of this test process's own, removed
+# when its session ends (tests/conftest.py): TensorFlow's AutoGraph writes a file per
+# converted function and removes it at exit, which a child killed by a test never reaches.
+CHILDREN_TMPDIR = tempfile.mkdtemp(prefix="tff_pflego_test_children_")
 ENV = {k: v for k, v in os.environ.items() if k not in SET_BY_TENSORFLOW} | dict(
-    PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+    PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=CHILDREN_TMPDIR)
 # Per-round CSV columns that measure time: they differ between equal runs.
 TIMING_COLUMNS = {"wall_time_s", "round_time_s", "client_time_s", "client_compute_s",
                   "client_time_max_s", "server_time_s"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -61,6 +62,22 @@ def test_exception_inside_the_context_stops_the_worker():
   assert result.returncode == 1 and "boom" in result.stderr
   pid = int(result.stdout.split()[0])
   assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_temporary_worker_log_is_removed_only_when_empty(tmp_path):
+  from tff_pflego import runtime
+  quiet = runtime.WorkerProcess()
+  quiet.stop()
+  assert not os.path.exists(quiet.log_path)
+  noted = runtime.WorkerProcess()
+  with open(noted.log_path, "a") as log:
+    log.write("what a worker wrote\n")
+  noted.stop()
+  assert open(noted.log_path).read() == "what a worker wrote\n"
+  os.remove(noted.log_path)
+  chosen = runtime.WorkerProcess(log_path=str(tmp_path / "worker.log"))
+  chosen.stop()
+  assert os.path.getsize(chosen.log_path) == 0  # a log the caller named is the caller's
 
 
 _DISPOSAL_AFTER_CLOSE = """

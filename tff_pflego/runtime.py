@@ -129,6 +129,7 @@ class WorkerProcess:
   def __init__(self, port: Optional[int] = None, log_path: Optional[str] = None,
                max_concurrent_computation_calls: int = -1):
     self.port = port or portpicker.pick_unused_port()
+    self._log_is_temporary = log_path is None
     self.log_path = log_path or os.path.join(
         tempfile.gettempdir(), f"tff_pflego_worker_{os.getpid()}_{self.port}.log")
     self._log = open(self.log_path, "ab")
@@ -149,7 +150,8 @@ class WorkerProcess:
     return self.process.pid
 
   def stop(self, timeout: float = 10.0) -> None:
-    """Stops the worker (SIGINT, then SIGKILL after `timeout`) and reaps it."""
+    """Stops the worker (SIGINT, then SIGKILL after `timeout`) and reaps it; a
+    temporary log it left empty is removed (one with anything in it is kept)."""
     if self.process.poll() is None:
       self.process.send_signal(signal.SIGINT)
       try:
@@ -159,6 +161,10 @@ class WorkerProcess:
         self.process.wait()
     self._log.close()
     _LIVE_WORKERS.discard(self)
+    if self._log_is_temporary:
+      with contextlib.suppress(OSError):
+        if os.path.getsize(self.log_path) == 0:
+          os.remove(self.log_path)
 
 
 @atexit.register
