@@ -50,7 +50,7 @@ def main(argv: list[str]) -> None:
   try:
     code = worker.process.wait()
     raise SystemExit(f"error: the TFF worker exited with code {code}; "
-                     f"see {worker.log_path}")
+                     f"{worker.log_reference()}")
   finally:
     worker.stop()
 

@@ -80,6 +80,30 @@ def test_a_temporary_worker_log_is_removed_only_when_empty(tmp_path):
   assert os.path.getsize(chosen.log_path) == 0  # a log the caller named is the caller's
 
 
+def test_a_lost_worker_is_reported_with_a_log_that_still_exists(tmp_path):
+  """The message names the log only when it outlives the worker: a temporary log
+  left empty is removed by `stop`, so it is not cited."""
+  from tff_pflego import runtime
+  for log_path, writes, cited in [(None, "", False), (None, "fatal: bad op\n", True),
+                                  (str(tmp_path / "named.log"), "", True)]:
+    worker = runtime.WorkerProcess(log_path=log_path)
+    with open(worker.log_path, "a") as log:
+      log.write(writes)
+    worker.process.kill()
+    worker.process.wait()
+    problem = runtime._process_health(worker)()
+    worker.stop()
+    assert f"exited with code {-signal.SIGKILL}" in problem
+    if cited:
+      assert problem.endswith(f"its log: {worker.log_path}")
+      assert os.path.exists(worker.log_path)
+      if log_path is None:
+        os.remove(worker.log_path)
+    else:
+      assert problem.endswith("it wrote nothing to its log")
+      assert not os.path.exists(worker.log_path)
+
+
 _DISPOSAL_AFTER_CLOSE = """
 import asyncio, gc, sys
 import grpc, numpy as np

@@ -51,8 +51,8 @@ class Workers:
 def two_workers():
   workers = Workers(2)
   yield workers
-  children = [c for i in range(2) for c in workers.binaries(i)
-              if workers.procs[i].poll() is None]
+  children = [c for i in range(2) if workers.procs[i].poll() is None
+              for c in workers.binaries(i)]
   workers.stop()
   psutil.wait_procs(children, timeout=10)
   assert not [c for c in children if c.is_running() and c.status() != "zombie"]
@@ -96,6 +96,14 @@ def test_a_worker_lost_mid_run_gives_an_error_and_a_resumable_checkpoint(
   assert proc.returncode == 1, stderr[-3000:]
   last = stderr.strip().splitlines()[-1]
   assert last.startswith("error: ") and f"localhost:{two_workers.ports[1]}" in last, last
+  lost = two_workers.procs[1]  # `binaries/worker.py` ends too, citing a log that exists
+  lost.wait(30)
+  said = lost.stderr.read().strip().splitlines()[-1]
+  assert said.startswith(f"error: the TFF worker exited with code {-signal.SIGKILL}; ")
+  if "its log: " in said:
+    assert os.path.exists(said.split("its log: ")[1]), said
+  else:
+    assert said.endswith("it wrote nothing to its log"), said
   checkpoints = sorted(os.listdir(out / "checkpoints"))
   assert len(checkpoints) == 1
   saved = int(checkpoints[0].split("_")[1])

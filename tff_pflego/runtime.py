@@ -161,10 +161,22 @@ class WorkerProcess:
         self.process.wait()
     self._log.close()
     _LIVE_WORKERS.discard(self)
-    if self._log_is_temporary:
+    if self._log_is_temporary and self._log_is_empty():
       with contextlib.suppress(OSError):
-        if os.path.getsize(self.log_path) == 0:
-          os.remove(self.log_path)
+        os.remove(self.log_path)
+
+  def _log_is_empty(self) -> bool:
+    try:
+      return os.path.getsize(self.log_path) == 0
+    except OSError:
+      return True
+
+  def log_reference(self) -> str:
+    """Where to read what the worker wrote, for an error message: the log's path,
+    unless it is a temporary log left empty, which `stop` removes."""
+    if self._log_is_temporary and self._log_is_empty():
+      return "it wrote nothing to its log"
+    return f"its log: {self.log_path}"
 
 
 @atexit.register
@@ -253,7 +265,7 @@ def _process_health(worker: "WorkerProcess") -> Callable[[], Optional[str]]:
     if code is None:
       return None
     return (f"the TFF worker (pid {worker.pid}, {worker.address}) exited with code "
-            f"{code} during a computation; its log: {worker.log_path}")
+            f"{code} during a computation; {worker.log_reference()}")
   return check
 
 
