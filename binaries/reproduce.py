@@ -522,6 +522,7 @@ def plot(dataset: str) -> None:
   import matplotlib.pyplot as plt
 
   from tff_pflego.data import sources
+  from tff_pflego.training import curves
   from tff_pflego.training import grid
   degrees = [g for g in DEGREES if g in _listed(dataset)]
   fig, axes = plt.subplots(2, len(degrees), figsize=(max(5 * len(degrees), 8), 8),
@@ -569,8 +570,7 @@ def plot(dataset: str) -> None:
             grid.legend_label(key[0], seeds_by_degree[key], key[2] if key[1] else None)
             for key in handles]
   if handles:  # none while every cell of the dataset is still running
-    fig.legend(handles.values(), labels, loc="outside lower center",
-               ncol=min(len(handles), 5), frameon=False)
+    curves.figure_legend(fig, list(handles.values()), labels)
   fig.suptitle(f"{dataset}: train loss and all-client test accuracy per round\n"
                "(several seeds: mean line, min-max band)")
   fig.savefig(os.path.join(_OUTPUT_DIR.value, f"{dataset}_curves.png"), dpi=110)

@@ -83,3 +83,29 @@ def test_the_loss_axis_has_several_labelled_ticks(draw, loss_range, log):
               if t.label1.get_text() and low <= t.get_loc() <= high]
   assert len(labelled) >= 3
   assert all(not math.isnan(float(t.label1.get_text())) for t in labelled)
+
+
+@pytest.mark.parametrize("width_in,labels", [
+    (8, ["pflego", "pflego after a head refit (its τ − 1 head steps)",
+         "fedrep (shortened: T=100)", "fedbabu (shortened: T=100)", "fedrecon"]),
+    (15, ["pflego", "pflego after a head refit (its τ − 1 head steps)", "fedrecon"]),
+    (15, [f"fedavg{i} (5 seeds)" for i in range(9)]),
+])
+def test_a_figure_legend_lies_inside_the_figure(width_in, labels):
+  """The reproduce grid's figure legend (one per figure, below the panels), drawn
+  with the figure: its box lies inside the figure, and it wraps only when one more
+  entry a row would not fit."""
+  plt = curves._pyplot()
+  fig, ax = plt.subplots(figsize=(width_in, 8), layout="constrained")
+  handles = [ax.plot([0, 1], [i, i])[0] for i in range(len(labels))]
+  legend = curves.figure_legend(fig, handles, labels)
+  fig.canvas.draw()
+  box, page = legend.get_window_extent(), fig.bbox
+  assert len(fig.legends) == 1
+  assert page.x0 <= box.x0 and box.x1 <= page.x1, (box, page)
+  rows = len({round(text.get_window_extent().y0) for text in legend.get_texts()})
+  columns = math.ceil(len(labels) / rows)
+  if columns < min(len(labels), 5):
+    wider = fig.legend(handles, labels, ncol=columns + 1)
+    assert wider.get_window_extent().width > page.width
+  plt.close(fig)

@@ -31,6 +31,19 @@ SUMMARY_FILE = "summary.json"
 _MARKERS_UP_TO = 30  # evaluations; beyond, markers would hide the line
 
 
+def figure_legend(fig, handles: Sequence, labels: Sequence[str], most: int = 5):
+  """One legend for the whole figure, below its panels, with as many entries side by
+  side (at most `most`) as fit across the figure: measured on the figure's renderer,
+  so a narrow figure's legend wraps onto more rows instead of running off its edges."""
+  renderer = fig.canvas.get_renderer()
+  for columns in range(min(len(labels), most), 0, -1):
+    legend = fig.legend(handles, labels, loc="outside lower center", frameon=False,
+                        ncol=columns)
+    if columns == 1 or legend.get_window_extent(renderer).width <= fig.bbox.width:
+      return legend
+    legend.remove()
+
+
 def plot_run(output_dir: str) -> str:
   """Draws `<output_dir>/curves.png` from the run's files; returns its path."""
   with open(os.path.join(output_dir, SUMMARY_FILE)) as f:
