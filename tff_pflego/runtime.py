@@ -61,29 +61,35 @@ _LIVE_WORKERS: set["WorkerProcess"] = set()
 _CLOSED_CHANNEL = "Cannot invoke RPC on closed channel"
 
 
-def _is_disposal_after_close(unraisable) -> bool:
-  """Whether an unraisable exception is a TFF remote value's disposal on a closed channel."""
-  if not (isinstance(unraisable.exc_value, ValueError)
-          and _CLOSED_CHANNEL in str(unraisable.exc_value)):
+def _is_disposal_after_close(exc_value, exc_traceback) -> bool:
+  """Whether an exception is a TFF remote value's disposal on a closed channel."""
+  if not (isinstance(exc_value, ValueError) and _CLOSED_CHANNEL in str(exc_value)):
     return False
-  frames = traceback.extract_tb(unraisable.exc_traceback)
+  frames = traceback.extract_tb(exc_traceback)
   return any(frame.name == "_dispose" and frame.filename.endswith(
       os.path.join("executors", "remote_executor.py")) for frame in frames)
 
 
 def ignore_disposals_after_close() -> None:
-  """Drops TFF's remote-value disposals that fail on a closed channel (module docstring);
-  every other unraisable exception still goes to the hook installed before. Idempotent."""
-  previous = sys.unraisablehook
-  if getattr(previous, "ignores_disposals_after_close", False):
-    return
+  """Drops TFF's remote-value disposals that fail on a closed channel (module docstring):
+  a value collected later reports it to `sys.unraisablehook`, one still alive at exit
+  (finalized by `weakref.finalize`'s exit handler) to `sys.excepthook`. Every other
+  exception still goes to the hook installed before. Idempotent."""
+  previous_unraisable, previous_except = sys.unraisablehook, sys.excepthook
+  if not getattr(previous_unraisable, "ignores_disposals_after_close", False):
+    def unraisable_hook(unraisable) -> None:
+      if not _is_disposal_after_close(unraisable.exc_value, unraisable.exc_traceback):
+        previous_unraisable(unraisable)
 
-  def hook(unraisable) -> None:
-    if not _is_disposal_after_close(unraisable):
-      previous(unraisable)
+    unraisable_hook.ignores_disposals_after_close = True
+    sys.unraisablehook = unraisable_hook
+  if not getattr(previous_except, "ignores_disposals_after_close", False):
+    def except_hook(exc_type, exc_value, exc_traceback) -> None:
+      if not _is_disposal_after_close(exc_value, exc_traceback):
+        previous_except(exc_type, exc_value, exc_traceback)
 
-  hook.ignores_disposals_after_close = True
-  sys.unraisablehook = hook
+    except_hook.ignores_disposals_after_close = True
+    sys.excepthook = except_hook
 
 
 def worker_binary_path() -> str:

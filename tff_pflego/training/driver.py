@@ -292,7 +292,11 @@ def checkpoint_manager(algorithm: PersonalizedAlgorithm, data: FederatedData,
 
 def _round_row(round_num: int, round_time: float, metrics, num_selected: int,
                refused_states: int) -> dict:
-  """rounds.csv: the round's training metrics, reports, rejections and body passes."""
+  """rounds.csv: the round's training metrics, reports, rejections and body passes.
+
+  `server_time_s` is the round's wall time less its slowest client's: the server's
+  update and the driver's transfers, but also any client work that did not overlap the
+  slowest client (clients share the cores), so not the server's compute alone."""
   nan = float("nan")
   row = dict(round=round_num, round_time_s=round_time, client_time_s=nan,
              client_compute_s=nan, client_time_max_s=nan, server_time_s=nan,
