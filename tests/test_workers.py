@@ -27,9 +27,13 @@ class Workers:
     self.procs = [subprocess.Popen(WORKER + [f"--port={p}"], env=ENV,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True) for p in self.ports]
-    for proc in self.procs:
-      line = proc.stdout.readline()
-      assert "listening on port" in line, proc.stderr.read()
+    try:
+      for proc in self.procs:
+        line = proc.stdout.readline()
+        assert "listening on port" in line, proc.stderr.read()
+    except BaseException:
+      self.stop()
+      raise
 
   @property
   def flag(self) -> str:
@@ -50,10 +54,12 @@ class Workers:
 @pytest.fixture
 def two_workers():
   workers = Workers(2)
-  yield workers
-  children = [c for i in range(2) if workers.procs[i].poll() is None
-              for c in workers.binaries(i)]
-  workers.stop()
+  try:
+    yield workers
+    children = [c for i in range(2) if workers.procs[i].poll() is None
+                for c in workers.binaries(i)]
+  finally:  # whatever the test or the line above raised: no worker outlives the test
+    workers.stop()
   psutil.wait_procs(children, timeout=10)
   assert not [c for c in children if c.is_running() and c.status() != "zombie"]
 
