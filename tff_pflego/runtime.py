@@ -14,8 +14,9 @@ leaves it running after Python exits, which holds a CI pipe open forever. Instea
 
 Leaving a context closes its gRPC channels. TFF's remote values dispose of their
 worker-side copies from `weakref` finalizers, in batches; one that runs after the close
-(a value of a round a stop signal cut short, collected later or at exit) would print
-"Exception ignored in: <finalize object>" and a gRPC traceback. The contexts install
+(a value of a round a stop signal cut short) would print a gRPC traceback: after
+"Exception ignored in: <finalize object>" when collected later, bare when still alive
+at exit. The contexts install
 `ignore_disposals_after_close`, which drops exactly that error: the worker it addressed
 is stopped or unreachable, so there is nothing left to dispose of.
 """
