@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import shutil
-from typing import Any
+import tempfile
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -40,3 +42,19 @@ def copy_file(source: str, path: str) -> None:
   tmp = path + ".tmp"
   shutil.copyfile(source, tmp)
   os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def scratch_tempdir() -> Iterator[str]:
+  """Runs the block with `tempfile`'s default directory set to a fresh directory that
+  is removed afterwards: for library calls that leave temporary files behind. TFDS
+  makes an empty `tmp*tfds` directory (`DatasetInfo.initialize_from_bucket`) each time
+  a builder is constructed for data not yet prepared, and never removes it."""
+  scratch = tempfile.mkdtemp(prefix="tff_pflego_scratch_")
+  previous = tempfile.tempdir
+  tempfile.tempdir = scratch
+  try:
+    yield scratch
+  finally:
+    tempfile.tempdir = previous
+    shutil.rmtree(scratch, ignore_errors=True)

@@ -106,6 +106,13 @@ class ClientSplits(tfds.core.GeneratorBasedBuilder):
     yield 0, {"images": images, "labels": labels.astype(LABEL_DTYPE)}
 
 
+def _client_splits(**kwargs) -> ClientSplits:
+  """`ClientSplits(**kwargs)`, leaving nothing in the temporary directory
+  (`files.scratch_tempdir`)."""
+  with files.scratch_tempdir():
+    return ClientSplits(**kwargs)
+
+
 def with_rotations(images: np.ndarray, labels: np.ndarray, rotations: int
                    ) -> tuple[np.ndarray, np.ndarray]:
   """Each (N, H, W, C) image followed by its rotations by 90, 180, ... degrees
@@ -297,11 +304,11 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
                     f"(dataset fingerprint {recorded[:12]}) than the prepared "
                     f"{spec.display_name} ({prepared.fingerprint[:12]})")
   manifest = _verified_manifest(manifest_path, prepared.fingerprint,
-                                ClientSplits(**builder_kwargs).data_dir, spec.rotations)
+                                _client_splits(**builder_kwargs).data_dir, spec.rotations)
 
   if manifest is not None:
     partition = partition_lib.ClientPartition.from_json(manifest)
-    builder = ClientSplits(**builder_kwargs)
+    builder = _client_splits(**builder_kwargs)
   else:
     prepared = sources.load(spec, data_dir, raw_data_dir)
     arrays = prepared.arrays
@@ -323,7 +330,7 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
           scheme.class_assignment)
     shutil.rmtree(os.path.dirname(manifest_path), ignore_errors=True)
     shutil.rmtree(builder_kwargs["data_dir"], ignore_errors=True)
-    builder = ClientSplits(partition=partition, arrays_fn=lambda: arrays, **builder_kwargs)
+    builder = _client_splits(partition=partition, arrays_fn=lambda: arrays, **builder_kwargs)
     tfds.disable_progress_bar()  # one bar per client split would flood the log
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
         compute_stats=tfds.download.ComputeStatsMode.SKIP))

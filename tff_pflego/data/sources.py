@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Optional, Protocol
 
 import numpy as np
 
+from tff_pflego import files
 from tff_pflego.data import provenance
 from tff_pflego.errors import DatasetNotFoundError, UserError
 
@@ -173,7 +174,8 @@ def _registered(name: str) -> TfdsPreparation:
   """TFDS's own builder `name`."""
   def make(tfds_dir: str) -> tfds.core.DatasetBuilder:
     import tensorflow_datasets as tfds
-    return tfds.builder(name, data_dir=tfds_dir)
+    with files.scratch_tempdir():
+      return tfds.builder(name, data_dir=tfds_dir)
   return TfdsPreparation(make)
 
 
@@ -181,7 +183,8 @@ def _project(class_name: str) -> TfdsPreparation:
   """The builder class `class_name` of `tff_pflego.data.builders`."""
   def make(tfds_dir: str) -> tfds.core.DatasetBuilder:
     builders = importlib.import_module("tff_pflego.data.builders")
-    return getattr(builders, class_name)(data_dir=tfds_dir)
+    with files.scratch_tempdir():
+      return getattr(builders, class_name)(data_dir=tfds_dir)
   return TfdsPreparation(make)
 
 
