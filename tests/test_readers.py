@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests import helpers
+from tff_pflego import files
 from tff_pflego.data import builders, sources
 from tff_pflego.training.sampling import ClientSampler
 
@@ -72,7 +73,8 @@ def test_omniglot_drawings_are_inverted_resized_and_labelled(tmp_path):
   np.savez(manual / "images_background.npz", images=drawings[None])  # 1 character
   np.savez(manual / "images_evaluation.npz", images=np.stack([drawings, drawings]))
   (manual / "alphabet_id_ranges.txt").write_text("0001-0002 A; 0003-0003 B\n")
-  builder = builders.OmniglotArrays(data_dir=str(tmp_path / "tfds"))
+  with files.scratch_tempdir():  # TFDS leaves a tmp*tfds directory per new builder
+    builder = builders.OmniglotArrays(data_dir=str(tmp_path / "tfds"))
   examples = dict(builder._generate_examples(str(manual)))  # pylint: disable=protected-access
   assert len(examples) == 3 * 20
   np.testing.assert_array_equal(examples["0_0"]["image"], 255)  # all ink

@@ -5,6 +5,7 @@ example counts the algorithms weight by count them."""
 import numpy as np
 import tensorflow_datasets as tfds
 
+from tff_pflego import files
 from tff_pflego.data import federated, partition as partition_lib, sources
 
 
@@ -33,9 +34,10 @@ def test_client_files_hold_every_drawing_followed_by_its_rotations(tmp_path):
   split = partition_lib.ClientPartition(
       [np.array([3, 8]), np.array([3])], [np.array([0, 2, 5]), np.array([1, 6])],
       [np.array([3]), np.array([4])], train_source="drawings", test_source="drawings")
-  builder = federated.ClientSplits(
-      image_shape=(5, 5, 1), partition=split, rotations=4, data_dir=str(tmp_path),
-      arrays_fn=lambda: {"drawings": sources.Arrays(images, labels)})
+  with files.scratch_tempdir():  # TFDS leaves a tmp*tfds directory per new builder
+    builder = federated.ClientSplits(
+        image_shape=(5, 5, 1), partition=split, rotations=4, data_dir=str(tmp_path),
+        arrays_fn=lambda: {"drawings": sources.Arrays(images, labels)})
   builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
       compute_stats=tfds.download.ComputeStatsMode.SKIP))
   read = federated.make_client_dataset_fn((5, 5, 1))

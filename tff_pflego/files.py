@@ -49,7 +49,11 @@ def scratch_tempdir() -> Iterator[str]:
   """Runs the block with `tempfile`'s default directory set to a fresh directory that
   is removed afterwards: for library calls that leave temporary files behind. TFDS
   makes an empty `tmp*tfds` directory (`DatasetInfo.initialize_from_bucket`) each time
-  a builder is constructed for data not yet prepared, and never removes it."""
+  a builder is constructed for data not yet prepared, and never removes it.
+
+  `tempfile.tempdir` is process-wide: a thread that makes a temporary file while the
+  block runs makes it in the scratch directory too, and may lose it when the block ends.
+  The project constructs builders on the main thread before any training starts."""
   scratch = tempfile.mkdtemp(prefix="tff_pflego_scratch_")
   previous = tempfile.tempdir
   tempfile.tempdir = scratch

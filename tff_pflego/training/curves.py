@@ -20,18 +20,23 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
 from tff_pflego.training.release import METRICS_FILE, ROUNDS_FILE, read_rows
+
+if TYPE_CHECKING:  # matplotlib is imported only where a figure is drawn
+  from matplotlib.figure import Figure
+  from matplotlib.legend import Legend
 
 CURVES_FILE = "curves.png"
 SUMMARY_FILE = "summary.json"
 _MARKERS_UP_TO = 30  # evaluations; beyond, markers would hide the line
 
 
-def figure_legend(fig, handles: Sequence, labels: Sequence[str], most: int = 5):
+def figure_legend(fig: Figure, handles: Sequence, labels: Sequence[str], most: int = 5
+                  ) -> Legend:
   """One legend for the whole figure, below its panels, with as many entries side by
   side (at most `most`) as fit across the figure: measured on the figure's renderer,
   so a narrow figure's legend wraps onto more rows instead of running off its edges."""
