@@ -12,8 +12,8 @@ resumable: a finished cell is skipped, and a cell cut short resumes from its
 checkpoint; with `--docs_dir`, a cell stopped before its end (Ctrl-C, SIGTERM, an
 error) is parked in its record (`tff_pflego/records.py`: its logs and newest
 checkpoint) and continues from there on another machine or a fresh clone. A cell that
-fails does not stop the grid: the others run, then the invocation exits 1 naming the
-failed cells (a stop signal stops it at once, exit 130 / 143). Several
+fails does not stop the grid: the others run, then the invocation exits naming the
+failed cells, 2 if each failed on the user's input, else 1 (a stop signal stops it at once, exit 130 / 143). Several
 invocations over one --output_dir share the grid: a cell claimed by one is skipped by
 the others. Writes, after every cell:
   results.csv   one row per cell: the mean and std of the last 10 evaluations; rows of
@@ -700,7 +700,7 @@ def main(argv) -> None:
   from tff_pflego.training import grid
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
   work = asked_cells()
-  fresh, failed = [], []
+  fresh, failed, bad_input = [], [], True
   for number, cell in enumerate(work, 1):
     label = f"[{number}/{len(work)}] {'/'.join(map(str, cell))}"
     claim = records.claim(cell_dir(*cell)) if has_work(cell) else contextlib.nullcontext(True)
@@ -715,6 +715,7 @@ def main(argv) -> None:
         if not failed_cell(label, e):
           raise
         failed.append(f"{'/'.join(map(str, cell))} ({first_line(e)})")
+        bad_input = bad_input and isinstance(e, UserError)
         continue
     if result is not None:
       fresh.append(result)
@@ -725,9 +726,10 @@ def main(argv) -> None:
   if _DOCS_DIR.value:
     copy_to_docs(_DATASETS.value)
   print(open(os.path.join(_OUTPUT_DIR.value, "results.md")).read())
-  if failed:
-    raise RuntimeFailure(f"{len(failed)} of {len(work)} cells failed (the others ran): "
-                         f"{'; '.join(failed)}")
+  if failed:  # exit 2 when only the user's input is to blame, else 1
+    raise (UserError if bad_input else RuntimeFailure)(
+        f"{len(failed)} of {len(work)} cells failed (the others ran): "
+        f"{'; '.join(failed)}")
 
 
 if __name__ == "__main__":

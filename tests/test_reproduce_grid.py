@@ -183,8 +183,9 @@ def test_a_cell_claimed_by_a_live_process_is_left_to_it(prepared, tmp_path):
 
 def test_a_failing_cell_is_named_and_the_grid_goes_on(prepared, tmp_path):
   """A cell that fails (here its run directory is a file) does not stop the grid: the
-  next cell runs to its end, and the invocation exits 1 with one line naming the failed
-  cell and why; what was there is left as it was."""
+  next cell runs to its end, and the invocation exits 2 (the cell failed on the user's
+  input) with one line naming the failed cell and why; what was there is left as it
+  was."""
   out = tmp_path / "grid"
   blocked = out / "fashion_mnist" / "high" / "pflego" / "seed0_T2"
   blocked.parent.mkdir(parents=True)
@@ -194,7 +195,7 @@ def test_a_failing_cell_is_named_and_the_grid_goes_on(prepared, tmp_path):
                    "--seeds=0,1", "--num_clients=5", "--rounds=2", "--noceilings",
                    f"--data_dir={prepared}", f"--output_dir={out}", "--noprogress"],
       env=ENV, capture_output=True, text=True, timeout=300)
-  assert done.returncode == 1, done.stderr[-3000:]
+  assert done.returncode == 2, done.stderr[-3000:]
   assert done.stderr.strip().splitlines()[-1] == (
       "error: 1 of 2 cells failed (the others ran): fashion_mnist/high/pflego/0 "
       f"(--output_dir {blocked} is a file, not a directory)")
