@@ -303,12 +303,12 @@ def load_federated_data(dataset: str, personalization: str, num_clients: int,
     raise UserError(f"--partition_file {scheme.partition_file} split other data "
                     f"(dataset fingerprint {recorded[:12]}) than the prepared "
                     f"{spec.display_name} ({prepared.fingerprint[:12]})")
-  manifest = _verified_manifest(manifest_path, prepared.fingerprint,
-                                _client_splits(**builder_kwargs).data_dir, spec.rotations)
+  builder = _client_splits(**builder_kwargs)  # what a verified manifest's clients are read by
+  manifest = _verified_manifest(manifest_path, prepared.fingerprint, builder.data_dir,
+                                spec.rotations)
 
   if manifest is not None:
     partition = partition_lib.ClientPartition.from_json(manifest)
-    builder = _client_splits(**builder_kwargs)
   else:
     prepared = sources.load(spec, data_dir, raw_data_dir)
     arrays = prepared.arrays
