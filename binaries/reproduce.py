@@ -571,8 +571,10 @@ def plot(dataset: str) -> None:
             for key in handles]
   if handles:  # none while every cell of the dataset is still running
     curves.figure_legend(fig, list(handles.values()), labels)
+  several = any(n > 1 for counts in seeds_by_degree.values() for n in counts.values())
   fig.suptitle(f"{dataset}: train loss and all-client test accuracy per round\n"
-               "(several seeds: mean line, min-max band)")
+               + ("(several seeds: mean line, min-max band)" if several
+                  else "(one partition seed per line)"))
   fig.savefig(os.path.join(_OUTPUT_DIR.value, f"{dataset}_curves.png"), dpi=110)
   plt.close(fig)
 
