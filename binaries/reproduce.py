@@ -13,9 +13,9 @@ checkpoint; with `--docs_dir`, a cell stopped before its end (Ctrl-C, SIGTERM, a
 error) is parked in its record (`tff_pflego/records.py`: its logs and newest
 checkpoint) and continues from there on another machine or a fresh clone. A cell that
 fails does not stop the grid: the others run, then the invocation exits naming the
-failed cells, 2 if each failed on the user's input, else 1 (a stop signal stops it at once, exit 130 / 143). Several
-invocations over one --output_dir share the grid: a cell claimed by one is skipped by
-the others. Writes, after every cell:
+failed cells, 2 if each failed on the user's input, else 1 (a stop signal stops it at
+once, exit 130 / 143). Several invocations over one --output_dir share the grid: a
+cell claimed by one is skipped by the others. Writes, after every cell:
   results.csv   one row per cell: the mean and std of the last 10 evaluations; rows of
                 cells outside this invocation (other datasets, degrees, ...) are kept
   results.md    per dataset, one table per evaluation protocol (all clients; sampled

@@ -53,7 +53,7 @@ def scratch_tempdir() -> Iterator[str]:
 
   `tempfile.tempdir` is process-wide: a thread that makes a temporary file while the
   block runs makes it in the scratch directory too, and may lose it when the block ends.
-  The project constructs builders on the main thread before any training starts."""
+  The project constructs builders on the main thread while no training runs."""
   scratch = tempfile.mkdtemp(prefix="tff_pflego_scratch_")
   previous = tempfile.tempdir
   tempfile.tempdir = scratch
