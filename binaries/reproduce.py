@@ -649,10 +649,6 @@ def process_cell(label: str, cell: tuple) -> Optional[dict]:
   return cell_result(*cell)
 
 
-def first_line(error: BaseException) -> str:
-  return (str(error).strip().splitlines() or [type(error).__name__])[0]
-
-
 def failed_cell(label: str, error: Exception) -> bool:
   """Whether the grid goes on after a cell raised `error`: not when a stop signal
   (Ctrl-C, SIGTERM) raised it. Says why the cell failed: one line for a user's error
@@ -662,7 +658,7 @@ def failed_cell(label: str, error: Exception) -> bool:
     return False
   if not isinstance(error, (UserError, RuntimeFailure)):
     traceback.print_exc()
-  print(f"{label}: failed: {first_line(error)}; going on with the other cells",
+  print(f"{label}: failed: {cells.first_line(error)}; going on with the other cells",
         flush=True)
   return True
 
@@ -702,7 +698,7 @@ def main(argv) -> None:
   from tff_pflego.training import grid
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
   work = asked_cells()
-  fresh, failed, bad_input = [], [], True
+  fresh, failed = [], []
   for number, cell in enumerate(work, 1):
     label = f"[{number}/{len(work)}] {'/'.join(map(str, cell))}"
     claim = records.claim(cell_dir(*cell)) if has_work(cell) else contextlib.nullcontext(True)
@@ -716,8 +712,7 @@ def main(argv) -> None:
       except Exception as e:  # pylint: disable=broad-except
         if not failed_cell(label, e):
           raise
-        failed.append(f"{'/'.join(map(str, cell))} ({first_line(e)})")
-        bad_input = bad_input and isinstance(e, UserError)
+        failed.append(("/".join(map(str, cell)), e))
         continue
     if result is not None:
       fresh.append(result)
@@ -728,10 +723,8 @@ def main(argv) -> None:
   if _DOCS_DIR.value:
     copy_to_docs(_DATASETS.value)
   print(open(os.path.join(_OUTPUT_DIR.value, "results.md")).read())
-  if failed:  # exit 2 when only the user's input is to blame, else 1
-    raise (UserError if bad_input else RuntimeFailure)(
-        f"{len(failed)} of {len(work)} cells failed (the others ran): "
-        f"{'; '.join(failed)}")
+  if failed:
+    raise cells.grid_failure(failed, len(work))
 
 
 if __name__ == "__main__":

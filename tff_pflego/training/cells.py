@@ -18,6 +18,9 @@ table figures: for each protocol, the mean and std over the last `WINDOW` evalua
 (all clients, round > 0) or rounds (sampled clients, right after their update), and
 L(psi)'s last value, its lowest, its largest rise (`grid.largest_rise`) and its value after
 every client refits its head on the final body.
+
+`grid_failure(failed, cells)` is what a study whose other cells ran raises for the cells
+that failed: exit 2 (`UserError`) only when the user's input is to blame for all of them.
 """
 
 from __future__ import annotations
@@ -106,6 +109,22 @@ def run_or_continue(config, record_dir: Optional[str]) -> None:
           driver.CHECKPOINT_DIR, f"{checkpoints.PREFIX}{stopped_at}"),))
       print(f"  stopped at round {stopped_at}: parked in "
             f"{os.path.join(record_dir, records.UNFINISHED)}", flush=True)
+
+
+def first_line(error: BaseException) -> str:
+  """The first line of `error`'s message (its type's name if it has none)."""
+  return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def grid_failure(failed: Sequence[tuple[str, Exception]], cells: int) -> Exception:
+  """The one-line error for `failed` ((cell name, its error) pairs) out of `cells`
+  cells: a UserError when every failure is one (exit 2), else a RuntimeFailure (exit 1:
+  a lost worker or a defect is not the user's to fix)."""
+  from tff_pflego.errors import RuntimeFailure, UserError
+  users_only = all(isinstance(error, UserError) for _, error in failed)
+  return (UserError if users_only else RuntimeFailure)(
+      f"{len(failed)} of {cells} cells failed (the others ran): "
+      + "; ".join(f"{name} ({first_line(error)})" for name, error in failed))
 
 
 def source(run_dir: str, record_dir: Optional[str]) -> Optional[str]:
