@@ -57,6 +57,8 @@ def test_a_grid_tabulates_seeds_ceilings_and_keeps_earlier_rows(prepared, tmp_pa
     row = rows[("pflego", seed)]
     assert row["run_dir"] == run_dir and row["rounds"] == 3
     assert row["accuracy_mean"] == _last_evaluations(run_dir, "test_accuracy_mean").mean()
+    rounds = read_rows(os.path.join(run_dir, "rounds.csv"))
+    assert row["time_per_round_s"] == np.median([r["round_time_s"] for r in rounds])
     with open(os.path.join(run_dir, "ceiling.json")) as f:
       ceiling = json.load(f)
     with open(os.path.join(run_dir, "partition.json")) as f:

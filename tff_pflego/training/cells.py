@@ -15,9 +15,10 @@ a fresh clone continues it. A finished cell's record keeps `RECORDED` (`records.
 `run_figures(directory)` reads a finished run's released files (metrics.csv: one row
 per all-client evaluation; rounds.csv: one row per round; summary.json) and returns its
 table figures: for each protocol, the mean and std over the last `WINDOW` evaluations
-(all clients, round > 0) or rounds (sampled clients, right after their update), and
-L(psi)'s last value, its lowest, its largest rise (`grid.largest_rise`) and its value after
-every client refits its head on the final body.
+(all clients, round > 0) or rounds (sampled clients, right after their update), the
+median wall and client seconds of its rounds, and L(psi)'s last value, its lowest, its
+largest rise (`grid.largest_rise`) and its value after every client refits its head on
+the final body.
 
 `grid_failure(failed, cells)` is what a study whose other cells ran raises for the cells
 that failed: exit 2 (`UserError`) only when the user's input is to blame for all of them.
@@ -143,8 +144,8 @@ def run_figures(directory: str, window: int = WINDOW) -> dict:
   evals = [r for r in read_rows(os.path.join(directory, "metrics.csv")) if r["round"] > 0]
   last = np.array([r[METRIC] for r in evals[-window:]])
   refit = np.array([r.get(REFIT_METRIC, np.nan) for r in evals[-window:]])
-  sampled = np.array([r[SAMPLED_METRIC]
-                      for r in read_rows(os.path.join(directory, "rounds.csv"))[-window:]])
+  rounds = read_rows(os.path.join(directory, "rounds.csv"))
+  sampled = np.array([r[SAMPLED_METRIC] for r in rounds[-window:]])
   losses = [r["train_loss"] for r in evals]
   return dict(rounds=summary["rounds"],
               accuracy_mean=float(last.mean()), accuracy_std=float(last.std()),
@@ -155,5 +156,12 @@ def run_figures(directory: str, window: int = WINDOW) -> dict:
               train_loss_largest_rise=largest_rise(losses),
               train_loss_refit_final=evals[-1].get("train_loss_refit"),
               train_loss_mean=summary["final"]["train_loss"],
-              time_per_round_s=summary["time_per_round_s"],
-              client_time_per_round_s=summary.get("client_time_per_round_s"))
+              time_per_round_s=_median(rounds, "round_time_s"),
+              client_time_per_round_s=_median(rounds, "client_time_s"))
+
+
+def _median(rounds: Sequence[dict], key: str) -> Optional[float]:
+  """The median of a rounds.csv column (None if it has none): a run paused or slowed
+  for a few rounds (another job, a machine change) keeps its typical round's cost."""
+  values = [r[key] for r in rounds if r.get(key) is not None]
+  return float(np.median(values)) if values else None
