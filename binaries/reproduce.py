@@ -394,8 +394,9 @@ def write_tables(results: list[dict]) -> None:
                 "several seeds.", ""] + leads
   lines += _loss_check(results)
   lines += ["## Cost per round and training time to 95% (seconds; `—`: never)", "",
-            "| cell | s/round (median) | client s/round (median) | body fwd+bwd per client | to 95% all "
-            "| to 95% sampled |", "|---|---|---|---|---|---|"]
+            "| cell | s/round (median) | client s/round (median) "
+            "| body fwd+bwd per client | to 95% all | to 95% sampled |",
+            "|---|---|---|---|---|---|"]
   def fmt(value, spec=".0f"):
     return "—" if value is None or value != value else format(value, spec)
   for r in results:
