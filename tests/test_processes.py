@@ -168,11 +168,17 @@ def test_other_unraisable_errors_still_reach_the_previous_hook(monkeypatch):
   from tff_pflego import runtime
   seen = []
   monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(str(u.exc_value)))
-  monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # restored after the test
+  uncaught = []
+  monkeypatch.setattr(sys, "excepthook", lambda t, value, tb: uncaught.append(str(value)))
   runtime.ignore_disposals_after_close()
-  wrapper = sys.unraisablehook
+  wrappers = sys.unraisablehook, sys.excepthook
   runtime.ignore_disposals_after_close()
-  assert sys.unraisablehook is wrapper  # idempotent: one wrapper, not two
+  assert (sys.unraisablehook, sys.excepthook) == wrappers  # idempotent: one wrapper each
+  try:
+    raise ValueError("Cannot invoke RPC on closed channel! (raised here)")
+  except ValueError as error:
+    sys.excepthook(ValueError, error, error.__traceback__)
+  assert uncaught == ["Cannot invoke RPC on closed channel! (raised here)"]
 
   def fail(message):
     raise ValueError(message)

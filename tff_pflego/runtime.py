@@ -76,21 +76,27 @@ def ignore_disposals_after_close() -> None:
   a value collected later reports it to `sys.unraisablehook`, one still alive at exit
   (finalized by `weakref.finalize`'s exit handler) to `sys.excepthook`. Every other
   exception still goes to the hook installed before. Idempotent."""
-  previous_unraisable, previous_except = sys.unraisablehook, sys.excepthook
-  if not getattr(previous_unraisable, "ignores_disposals_after_close", False):
-    def unraisable_hook(unraisable) -> None:
-      if not _is_disposal_after_close(unraisable.exc_value, unraisable.exc_traceback):
-        previous_unraisable(unraisable)
+  if not getattr(sys.unraisablehook, _IGNORES_DISPOSALS, False):
+    sys.unraisablehook = _skipping_disposals(
+        sys.unraisablehook, lambda unraisable: (unraisable.exc_value, unraisable.exc_traceback))
+  if not getattr(sys.excepthook, _IGNORES_DISPOSALS, False):
+    sys.excepthook = _skipping_disposals(
+        sys.excepthook, lambda exc_type, exc_value, exc_traceback: (exc_value, exc_traceback))
 
-    unraisable_hook.ignores_disposals_after_close = True
-    sys.unraisablehook = unraisable_hook
-  if not getattr(previous_except, "ignores_disposals_after_close", False):
-    def except_hook(exc_type, exc_value, exc_traceback) -> None:
-      if not _is_disposal_after_close(exc_value, exc_traceback):
-        previous_except(exc_type, exc_value, exc_traceback)
 
-    except_hook.ignores_disposals_after_close = True
-    sys.excepthook = except_hook
+_IGNORES_DISPOSALS = "ignores_disposals_after_close"
+
+
+def _skipping_disposals(previous_hook, exception_of):
+  """`previous_hook` behind a filter: calls whose (exception, traceback), as
+  `exception_of` reads them from the hook's arguments, are a disposal after close
+  are dropped; every other call goes through unchanged."""
+  def hook(*arguments) -> None:
+    if not _is_disposal_after_close(*exception_of(*arguments)):
+      previous_hook(*arguments)
+
+  setattr(hook, _IGNORES_DISPOSALS, True)
+  return hook
 
 
 def worker_binary_path() -> str:
