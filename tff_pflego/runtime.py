@@ -60,6 +60,7 @@ _LIVE_WORKERS: set["WorkerProcess"] = set()
 
 
 _CLOSED_CHANNEL = "Cannot invoke RPC on closed channel"
+_IGNORES_DISPOSALS = "ignores_disposals_after_close"  # marks a hook already filtering
 
 
 def _is_disposal_after_close(exc_value, exc_traceback) -> bool:
@@ -82,9 +83,6 @@ def ignore_disposals_after_close() -> None:
   if not getattr(sys.excepthook, _IGNORES_DISPOSALS, False):
     sys.excepthook = _skipping_disposals(
         sys.excepthook, lambda exc_type, exc_value, exc_traceback: (exc_value, exc_traceback))
-
-
-_IGNORES_DISPOSALS = "ignores_disposals_after_close"
 
 
 def _skipping_disposals(previous_hook, exception_of):
