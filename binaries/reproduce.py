@@ -249,12 +249,24 @@ def cell_result(dataset: str, degree: str, algorithm: str, seed: int) -> dict:
               **time_to_accuracy(_rows(os.path.join(directory, "rounds.csv")), evals,
                                  TARGET),
               body_forward=passes.get("forward"), body_backward=passes.get("backward"),
-              head_features_cached=int(bool(summary.get("hyperparameters", {}).get(
-                  "cache_head_features", False))),
+              head_features_cached=int(_head_features_cached(
+                  algorithm, summary.get("hyperparameters", {}))),
               paper_accuracy=PAPER_ACCURACY.get((dataset, algorithm, degree)),
               paper_rounds=paper_table_rounds(dataset),
               ceiling_mean=own_ceiling and own_ceiling["best_test_accuracy_mean"],
               run_dir=directory)  # what the row was read from: the run, or its record
+
+
+def _head_features_cached(algorithm: str, hyperparameters: dict) -> bool:
+  """Whether the run's head-only steps ran on cached features (its flag took effect)."""
+  import dataclasses
+  from tff_pflego.algorithms import api, registry
+  if not hyperparameters.get("cache_head_features"):
+    return False
+  known = {f.name for f in dataclasses.fields(api.AlgorithmConfig)}
+  config = settings.algorithm_config(
+      **{k: v for k, v in hyperparameters.items() if k in known})
+  return registry.head_features_cached(algorithm, config)
 
 
 def _ordered(names, order) -> list[str]:

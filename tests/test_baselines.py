@@ -330,11 +330,14 @@ def test_fedrecon_body_gradient_is_taken_at_the_reconstructed_head():
     ("fedrecon", "cifar_cnn", (32, 32, 3), (TAU + 2 + 1, 1), (2, 1)),
     # tau - 2 head steps, then 2 body steps
     ("fedrep", "mlp", helpers.IMAGE_SHAPE, (TAU + 2, 2), (1 + 2, 2)),
+    # no head-only phase: the flag changes nothing, and the tables must not claim it did
+    ("fedper", "mlp", helpers.IMAGE_SHAPE, (TAU + 2, TAU + 2), (TAU + 2, TAU + 2)),
 ])
 def test_cached_head_features_give_the_same_numbers_with_fewer_body_passes(
     name, body, image_shape, uncached, cached):
   import dataclasses
   import functools
+  from tff_pflego.algorithms import registry
   from tff_pflego.models import build_body
   body_fn = functools.partial(build_body, body, image_shape, 3)
   rng = np.random.default_rng(21)
@@ -359,6 +362,13 @@ def test_cached_head_features_give_the_same_numbers_with_fewer_body_passes(
     np.testing.assert_array_equal(rounds[True][1][part], rounds[False][1][part])
   assert not np.array_equal(rounds[False][1]["kernel"], states[0]["head"]["kernel"])
   assert rounds[False][2] == uncached and rounds[True][2] == cached
+  # What results.md labels "(head features cached)": true only where passes were saved.
+  saved = rounds[True][2] != rounds[False][2]
+  config = helpers.algorithm_config(local_steps=TAU + 2, client_lr=LR, body_steps=2,
+                                    momentum=0.5, cache_head_features=True)
+  assert registry.head_features_cached(name, config) == saved
+  assert not registry.head_features_cached(
+      name, dataclasses.replace(config, cache_head_features=False))
 
 
 def test_ditto_personal_update_is_the_hand_computed_prox_steps():

@@ -59,6 +59,12 @@ class AveragingPlan:
   cache_head_features: bool = False
 
   @property
+  def head_features_cached(self) -> bool:
+    """Whether `cache_head_features` takes effect: some phase trains the head alone."""
+    return self.cache_head_features and any(
+        phase.trains == "head" and phase.steps > 0 for phase in self.phases)
+
+  @property
   def personal_body(self) -> bool:
     """Whether client states hold a body of their own."""
     return self.personal_mu is not None or not self.shares_body

@@ -8,6 +8,7 @@ module and add its name below.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import TYPE_CHECKING, Optional
 
@@ -32,3 +33,15 @@ def build_algorithm(name: str, config: AlgorithmConfig,
   if name not in _NAMES:
     raise ValueError(f"unknown algorithm {name!r}; available: {', '.join(_NAMES)}")
   return importlib.import_module(f"tff_pflego.algorithms.{name}").build(config, client_data)
+
+
+def head_features_cached(name: str, config: AlgorithmConfig) -> bool:
+  """Whether `name` under `config` runs head-only steps on features computed once:
+  the baselines' `cache_head_features` where a phase trains the head alone (FedPer,
+  FedAvg and FedProx have none, so the flag changes nothing there)."""
+  module = importlib.import_module(f"tff_pflego.algorithms.{name}")
+  plan_fn = getattr(module, "plan", None)
+  if plan_fn is None:
+    return False
+  plan = dataclasses.replace(plan_fn(config), cache_head_features=config.cache_head_features)
+  return plan.head_features_cached
