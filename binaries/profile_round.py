@@ -68,8 +68,10 @@ def intrinsic_cost(num_clients: int = 20, repeats: int = 10) -> dict:
   return result
 
 
-def profile(names: list[str], rounds: int) -> dict:
-  """Medians over `rounds` rounds of each algorithm in the current context."""
+def profile(names: list[str], rounds: int, split: bool) -> dict:
+  """Medians over `rounds` rounds of each algorithm in the current context; with
+  `split` (one client computation at a time) also the round's data / compute / outside
+  parts. Clients that overlap have no such split: their times sum past the round."""
   from tff_pflego import experiment
   from tff_pflego.algorithms import inspection, packed_metrics
   from tff_pflego.training.client_store import ClientStateStore
@@ -102,9 +104,11 @@ def profile(names: list[str], rounds: int) -> dict:
       run["compute_s"].append(sum(compute))
   results = {}
   for name, run in runs.items():
-    median = {k: float(np.median(run[k])) for k in ("round_s", "data_s", "compute_s")}
-    median["outside_clients_s"] = float(np.median(
-        [r - d - c for r, d, c in zip(run["round_s"], run["data_s"], run["compute_s"])]))
+    median = dict(round_s=float(np.median(run["round_s"])))
+    if split:
+      median.update({k: float(np.median(run[k])) for k in ("data_s", "compute_s")})
+      median["outside_clients_s"] = float(np.median(
+          [r - d - c for r, d, c in zip(run["round_s"], run["data_s"], run["compute_s"])]))
     intrinsics = inspection.count_intrinsics(run["algorithm"].process.next)
     results[name] = dict(rounds=rounds, clients_per_round=len(ids), **median,
                          intrinsics=dict(intrinsics),
@@ -121,7 +125,7 @@ def main(argv) -> None:
     with runtime.local_execution_context(
         log_path=os.path.join(_OUTPUT_DIR.value, f"tff_worker_{mode}.log"),
         max_concurrent_computation_calls=calls):
-      results[mode] = profile(_ALGORITHMS.value, _ROUNDS.value)
+      results[mode] = profile(_ALGORITHMS.value, _ROUNDS.value, split=calls == 1)
       if mode == "parallel":
         results["one_intrinsic_over_20_clients"] = intrinsic_cost()
   with open(os.path.join(_OUTPUT_DIR.value, "round_profile.json"), "w") as f:
