@@ -623,7 +623,27 @@ def previous_results() -> list[dict]:
     for field in FIELDS:
       row.setdefault(field, None)
     row["paper_rounds"] = row["paper_rounds"] or paper_table_rounds(row["dataset"])
+    summary = _kept_summary(row.get("run_dir"))
+    if summary is not None:  # derived fields follow the run, not the row's age
+      row["head_features_cached"] = int(_head_features_cached(
+          row["algorithm"], summary.get("hyperparameters", {})))
   return rows
+
+
+def _kept_summary(run_dir: Optional[str]) -> Optional[dict]:
+  """The summary.json of a results row's run, or of its record under --docs_dir."""
+  if not run_dir:
+    return None
+  candidates = [run_dir]
+  if _DOCS_DIR.value:
+    candidates.append(os.path.join(_DOCS_DIR.value, "runs",
+                                   os.path.relpath(run_dir, _OUTPUT_DIR.value)))
+  for directory in candidates:
+    path = os.path.join(directory, "summary.json")
+    if os.path.exists(path):
+      with open(path) as f:
+        return json.load(f)
+  return None
 
 
 def wants_ceiling(cell: tuple) -> bool:
