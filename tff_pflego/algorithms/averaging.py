@@ -61,8 +61,7 @@ class AveragingPlan:
   @property
   def head_features_cached(self) -> bool:
     """Whether `cache_head_features` takes effect: some phase trains the head alone."""
-    return self.cache_head_features and any(
-        phase.trains == "head" and phase.steps > 0 for phase in self.phases)
+    return self.cache_head_features and any(phase.head_alone for phase in self.phases)
 
   @property
   def personal_body(self) -> bool:

@@ -50,6 +50,11 @@ class LocalPhase:
     if self.momentum is None or not 0 <= self.momentum < 1:
       raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
 
+  @property
+  def head_alone(self) -> bool:
+    """Whether the phase takes steps on the head alone (features fixed by the body)."""
+    return self.trains == "head" and self.steps > 0
+
 
 def gradient_descent(loss_fn: Callable[[], tf.Tensor], variables: Sequence[tf.Variable],
                      steps: int, lr: float, momentum: float = 0.0) -> None:
@@ -133,7 +138,7 @@ class LocalModel(tf.Module):
 
     for phase in phases:
       loss_fn = objective
-      if cache_head_features and phase.trains == "head" and phase.steps > 0:
+      if cache_head_features and phase.head_alone:
         features = self.counter.counted_call(self.body, x)
         loss_fn = functools.partial(objective, features)
       gradient_descent(loss_fn, self.variables_of(phase.trains), phase.steps,
