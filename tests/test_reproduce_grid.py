@@ -249,3 +249,38 @@ def test_a_stop_during_the_ceiling_loses_no_run(prepared, tmp_path):
   assert not (out / cell).exists()
   kept = ceiling_lib.read_ceiling(str(record))
   assert kept is not None and kept["epochs"] == 2
+
+
+def test_a_kept_rows_cached_features_label_follows_its_run_not_the_row(tmp_path):
+  """results.csv rows written before a fix keep their numbers, but whether head-only
+  steps ran on cached features is re-derived from the run's summary.json (or its record
+  under --docs_dir): the flag labels a row only where the algorithm has a head-only
+  phase; a row whose run and record are both gone keeps what it says."""
+  out, docs = tmp_path / "grid", tmp_path / "docs"
+  def row(algorithm, cached):
+    return dict(dataset="cifar10", degree="high", algorithm=algorithm, seed=0, rounds=50,
+                paper_rounds=200, accuracy_mean=0.5, accuracy_std=0.01,
+                head_features_cached=cached,
+                run_dir=str(out / "cifar10" / "high" / algorithm / "seed0_T50"))
+  rows = [row("fedper", 1), row("fedrep", 0), row("fedbabu", 1)]
+  for kept, algorithm in ((out, "fedper"), (docs / "runs", "fedrep")):
+    directory = kept / "cifar10" / "high" / algorithm / "seed0_T50"
+    directory.mkdir(parents=True)
+    (directory / "summary.json").write_text(
+        json.dumps({"hyperparameters": dict(
+            body="cifar_cnn", image_shape=[32, 32, 3], max_classes=2,
+            total_examples=50000, local_steps=50, body_steps=5, client_lr=0.005,
+            momentum=0.0, cache_head_features=True)}))
+  grid.write_results(str(out / "results.csv"), rows, list(rows[0]))
+  tables = subprocess.run(
+      REPRODUCE + ["--tables_only", "--datasets=cifar10", "--degrees=high",
+                   "--algorithms=fedper,fedrep,fedbabu", "--seeds=0", "--noceilings",
+                   f"--output_dir={out}", f"--docs_dir={docs}", "--noprogress"],
+      env=ENV, capture_output=True, text=True, timeout=300)
+  assert tables.returncode == 0, tables.stderr[-3000:]
+  cached = {r["algorithm"]: r["head_features_cached"]
+            for r in grid.read_results(str(out / "results.csv"))}
+  assert cached == {"fedper": 0, "fedrep": 1, "fedbabu": 1}
+  labelled = re.findall(r"^\| cifar10/high/(\w+)/seed0 \(T=50\) .*\(head features cached\)",
+                        (out / "results.md").read_text(), re.MULTILINE)
+  assert sorted(labelled) == ["fedbabu", "fedrep"]
