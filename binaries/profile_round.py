@@ -73,7 +73,7 @@ def profile(names: list[str], rounds: int, split: bool) -> dict:
   `split` (one client computation at a time) also the round's data / compute / outside
   parts. Clients that overlap have no such split: their times sum past the round."""
   from tff_pflego import experiment
-  from tff_pflego.algorithms import inspection, packed_metrics
+  from tff_pflego.algorithms import inspection, instrumentation, packed_metrics
   from tff_pflego.training.client_store import ClientStateStore
 
   runs, data, sampler = {}, None, None
@@ -85,7 +85,7 @@ def profile(names: list[str], rounds: int, split: bool) -> dict:
                       next=packed_metrics.unpacking_next(algorithm.process),
                       store=ClientStateStore(lambda i, a=algorithm: a.initial_client_state(
                           i, int(data.num_classes[i]))),
-                      round_s=[], data_s=[], compute_s=[])
+                      round_s=[], splits=[])
   for round_index in range(rounds + 1):
     chosen = sampler.sample()
     ids = [data.client_ids[i] for i in chosen]
@@ -97,18 +97,17 @@ def profile(names: list[str], rounds: int, split: bool) -> dict:
       run["store"].update(states, chosen)
       if round_index == 0:
         continue
-      whole = [float(c["client_time_s"]) for c in metrics["clients"]]
-      compute = [float(c["client_compute_s"]) for c in metrics["clients"]]
       run["round_s"].append(elapsed)
-      run["data_s"].append(sum(whole) - sum(compute))
-      run["compute_s"].append(sum(compute))
+      if split:
+        run["splits"].append(instrumentation.split_round(
+            elapsed, [float(c["client_time_s"]) for c in metrics["clients"]],
+            [float(c["client_compute_s"]) for c in metrics["clients"]]))
   results = {}
   for name, run in runs.items():
     median = dict(round_s=float(np.median(run["round_s"])))
     if split:
-      median.update({k: float(np.median(run[k])) for k in ("data_s", "compute_s")})
-      median["outside_clients_s"] = float(np.median(
-          [r - d - c for r, d, c in zip(run["round_s"], run["data_s"], run["compute_s"])]))
+      median.update({part: float(np.median([getattr(s, part) for s in run["splits"]]))
+                     for part in instrumentation.RoundSplit._fields})
     intrinsics = inspection.count_intrinsics(run["algorithm"].process.next)
     results[name] = dict(rounds=rounds, clients_per_round=len(ids), **median,
                          intrinsics=dict(intrinsics),

@@ -7,7 +7,8 @@ in the client's metrics; `training.ledger` turns them into the cost columns.
 from __future__ import annotations
 
 import collections
-from typing import Callable
+import math
+from typing import Callable, NamedTuple, Sequence
 
 import tensorflow as tf
 
@@ -77,3 +78,32 @@ def timed(update: Callable) -> Callable:
     return output
 
   return timed_update
+
+
+class RoundSplit(NamedTuple):
+  """Where a round's wall time went, clients run one computation at a time."""
+  data_s: float              # sum_i (client_time_s_i - client_compute_s_i)
+  compute_s: float           # sum_i client_compute_s_i
+  outside_clients_s: float   # round_s - sum_i client_time_s_i
+
+
+def split_round(round_s: float, client_time_s: Sequence[float],
+                client_compute_s: Sequence[float]) -> RoundSplit:
+  """Splits a round of `round_s` seconds by its clients' `timed` metrics:
+
+    round_s = data_s + compute_s + outside_clients_s.
+
+  Valid only when the clients' intervals neither overlap nor leave the round (one
+  client computation at a time); otherwise their times sum past the round, so that
+  is refused.
+  """
+  if len(client_time_s) != len(client_compute_s):
+    raise ValueError(f"{len(client_time_s)} client times but "
+                     f"{len(client_compute_s)} compute times")
+  whole, compute = math.fsum(client_time_s), math.fsum(client_compute_s)
+  if whole > round_s or any(not 0.0 <= c <= w
+                            for c, w in zip(client_compute_s, client_time_s)):
+    raise ValueError(f"clients' times (sum {whole:.6g} s) do not fit one after another "
+                     f"in a {round_s:.6g} s round: they overlapped")
+  return RoundSplit(data_s=whole - compute, compute_s=compute,
+                    outside_clients_s=round_s - whole)
