@@ -61,8 +61,7 @@ def test_one_client_at_a_time_splits_the_round_and_parallel_clients_do_not():
     assert all(0.0 < c <= w for c, w in zip(compute, whole)), (compute, whole)
     assert sum(whole) <= elapsed, (f"clients run one at a time took {sum(whole):.3f} s "
                                    f"in a {elapsed:.3f} s round")
-    split = instrumentation.split_round(elapsed, whole, compute)
-    assert min(split) >= 0.0 and split.compute_s > 0.0, split
+    instrumentation.split_round(elapsed, whole, compute)  # accepted: no overlap
   parallel = _timed_rounds(algorithm, data, -1)
   overlap = [sum(whole) / elapsed for elapsed, whole, _ in parallel]
   # Measured 2026-11-29: 2.0-3.7 in parallel, 0.70-0.83 one at a time.
@@ -84,12 +83,12 @@ def test_split_round_parts_add_up_to_the_round():
   assert sum(split) == 1.0
 
 
-@pytest.mark.parametrize("round_s, whole, compute", [
-    (0.3, [0.25, 0.125], [0.1, 0.1]),   # the clients' times sum past the round
-    (1.0, [0.25, 0.125], [0.3, 0.1]),   # a client computed longer than it ran
-    (1.0, [0.25, 0.125], [0.1]),        # one compute time missing
+@pytest.mark.parametrize("round_s, whole, compute, problem", [
+    (0.3, [0.25, 0.125], [0.1, 0.1], "overlapped"),  # times sum past the round
+    (1.0, [0.25, 0.125], [0.3, 0.1], "longer"),      # computed longer than it ran
+    (1.0, [0.25, 0.125], [0.1], "compute times"),    # one compute time missing
 ])
 def test_split_round_refuses_times_that_cannot_be_one_after_another(round_s, whole,
-                                                                   compute):
-  with pytest.raises(ValueError):
+                                                                   compute, problem):
+  with pytest.raises(ValueError, match=problem):
     instrumentation.split_round(round_s, whole, compute)

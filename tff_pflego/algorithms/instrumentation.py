@@ -100,9 +100,10 @@ def split_round(round_s: float, client_time_s: Sequence[float],
   if len(client_time_s) != len(client_compute_s):
     raise ValueError(f"{len(client_time_s)} client times but "
                      f"{len(client_compute_s)} compute times")
+  if any(not 0.0 <= c <= w for c, w in zip(client_compute_s, client_time_s)):
+    raise ValueError("a client's compute time is negative or longer than its whole time")
   whole, compute = math.fsum(client_time_s), math.fsum(client_compute_s)
-  if whole > round_s or any(not 0.0 <= c <= w
-                            for c, w in zip(client_compute_s, client_time_s)):
+  if whole > round_s:
     raise ValueError(f"clients' times (sum {whole:.6g} s) do not fit one after another "
                      f"in a {round_s:.6g} s round: they overlapped")
   return RoundSplit(data_s=whole - compute, compute_s=compute,
