@@ -86,6 +86,7 @@ def test_split_round_parts_add_up_to_the_round():
 @pytest.mark.parametrize("round_s, whole, compute, problem", [
     (0.3, [0.25, 0.125], [0.1, 0.1], "overlapped"),  # times sum past the round
     (1.0, [0.25, 0.125], [0.3, 0.1], "longer"),      # computed longer than it ran
+    (1.0, [0.25, 0.125], [-0.1, 0.1], "negative"),   # a negative compute time
     (1.0, [0.25, 0.125], [0.1], "compute times"),    # one compute time missing
 ])
 def test_split_round_refuses_times_that_cannot_be_one_after_another(round_s, whole,

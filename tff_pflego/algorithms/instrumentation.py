@@ -93,15 +93,17 @@ def split_round(round_s: float, client_time_s: Sequence[float],
 
     round_s = data_s + compute_s + outside_clients_s.
 
-  Valid only when the clients' intervals neither overlap nor leave the round (one
-  client computation at a time); otherwise their times sum past the round, so that
-  is refused.
+  Valid only for clients computed one at a time, each compute time within its
+  client's time (0 <= client_compute_s_i <= client_time_s_i). Overlapping clients
+  are refused when their times sum past the round, the only overlap these sums show.
   """
   if len(client_time_s) != len(client_compute_s):
     raise ValueError(f"{len(client_time_s)} client times but "
                      f"{len(client_compute_s)} compute times")
-  if any(not 0.0 <= c <= w for c, w in zip(client_compute_s, client_time_s)):
-    raise ValueError("a client's compute time is negative or longer than its whole time")
+  if any(c < 0.0 for c in client_compute_s):
+    raise ValueError("a client's compute time is negative")
+  if any(c > w for c, w in zip(client_compute_s, client_time_s)):
+    raise ValueError("a client's compute time is longer than its whole time")
   whole, compute = math.fsum(client_time_s), math.fsum(client_compute_s)
   if whole > round_s:
     raise ValueError(f"clients' times (sum {whole:.6g} s) do not fit one after another "
