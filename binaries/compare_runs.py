@@ -73,29 +73,40 @@ def main(argv: list[str]) -> None:
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+  from matplotlib.lines import Line2D
 
   labels = check(argv)
   curves = {label: run_curves(run) for label, run in zip(labels, _RUNS.value)}
-  fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(13, 4.8), layout="constrained")
+  fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(13, 5.4), layout="constrained")
+  run_keys = []
   for k, (label, c) in enumerate(curves.items()):
     color = f"C{k}"
-    ax_loss.plot(c["eval_round"], c["train_loss"], color=color, lw=2, marker="o", ms=4,
-                 label=f"{label}: own heads")
+    run_keys.append(Line2D([], [], color=color, lw=3, label=label))
+    ax_loss.plot(c["eval_round"], c["train_loss"], color=color, lw=2, marker="o", ms=4)
     ax_loss.plot(c["eval_round"], c["train_loss_refit"], color=color, lw=1.4, ls="--",
-                 marker="s", ms=3, label=f"{label}: after a head refit")
+                 marker="s", ms=3)
     ax_acc.plot(c["eval_round"], 100 * np.array(c["test_accuracy_mean"]), color=color,
-                lw=2, marker="o", ms=4, label=f"{label}: all clients")
+                lw=2, marker="o", ms=4)
     ax_acc.plot(c["eval_round"], 100 * np.array(c["test_accuracy_refit_mean"]),
-                color=color, lw=1.4, ls="--", marker="s", ms=3,
-                label=f"{label}: all, after a head refit")
+                color=color, lw=1.4, ls="--", marker="s", ms=3)
     ax_acc.plot(c["round"], 100 * np.array(c["sampled_pooled_last10"]), color=color,
-                lw=1.2, ls=":", label=f"{label}: sampled (last {WINDOW} rounds)")
+                lw=1.2, ls=":")
+  # One legend for both panels, below them: a colour per run, a line style per protocol
+  # (a legend per panel with every run x protocol covered the curves from 3 runs on).
+  style_keys = [
+      Line2D([], [], color="0.3", lw=2, marker="o", ms=4,
+             label="solid: each client's own head (L(ψ); accuracy over all clients)"),
+      Line2D([], [], color="0.3", lw=1.4, ls="--", marker="s", ms=3,
+             label="dashed: after every client refits its head"),
+      Line2D([], [], color="0.3", lw=1.2, ls=":",
+             label=f"dotted: sampled clients (accuracy, mean of the last {WINDOW} rounds)")]
+  fig.legend(handles=run_keys + style_keys, loc="outside lower center", ncol=2, fontsize=8,
+             frameon=False)
   ax_loss.set(yscale="log", xlabel="round", ylabel="train loss L(ψ) (log scale)",
               title="The objective, all clients")
   ax_acc.set(xlabel="round", ylabel="test accuracy (%)", title="Test accuracy")
   for ax in (ax_loss, ax_acc):
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
   if _TITLE.value:
     fig.suptitle(_TITLE.value)
   os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
