@@ -100,8 +100,11 @@ def main(argv: list[str]) -> None:
              label="dashed: after every client refits its head"),
       Line2D([], [], color="0.3", lw=1.2, ls=":",
              label=f"dotted: sampled clients (accuracy, mean of the last {WINDOW} rounds)")]
-  fig.legend(handles=run_keys + style_keys, loc="outside lower center", ncol=2, fontsize=8,
-             frameon=False)
+  rows = max(len(run_keys), len(style_keys))  # column 1 the runs, column 2 the styles
+  blank = lambda: Line2D([], [], alpha=0, label=" ")
+  fig.legend(handles=[*run_keys, *(blank() for _ in range(rows - len(run_keys))),
+                      *style_keys, *(blank() for _ in range(rows - len(style_keys)))],
+             loc="outside lower center", ncol=2, fontsize=8, frameon=False)
   ax_loss.set(yscale="log", xlabel="round", ylabel="train loss L(ψ) (log scale)",
               title="The objective, all clients")
   ax_acc.set(xlabel="round", ylabel="test accuracy (%)", title="Test accuracy")
