@@ -31,6 +31,15 @@ _TITLE = flags.DEFINE_string("title", "", "Figure title.")
 
 WINDOW = 10  # rounds averaged for the sampled protocol's curve
 
+# A line style per protocol, shared by the curves and the legend's keys.
+PROTOCOL_STYLES = dict(own=dict(lw=2, marker="o", ms=4),
+                       refit=dict(lw=1.4, ls="--", marker="s", ms=3),
+                       sampled=dict(lw=1.2, ls=":"))
+PROTOCOL_LEGEND = dict(
+    own="solid: each client's own head (L(ψ); accuracy over all clients)",
+    refit="dashed: after every client refits its head",
+    sampled=f"dotted: sampled clients (accuracy, mean of the last {WINDOW} rounds)")
+
 
 def _run_files(run_dir: str) -> dict[str, str]:
   """A run's (or its record's) metrics.csv and rounds.csv; raises UserError if missing."""
@@ -82,24 +91,19 @@ def main(argv: list[str]) -> None:
   for k, (label, c) in enumerate(curves.items()):
     color = f"C{k}"
     run_keys.append(Line2D([], [], color=color, lw=3, label=label))
-    ax_loss.plot(c["eval_round"], c["train_loss"], color=color, lw=2, marker="o", ms=4)
-    ax_loss.plot(c["eval_round"], c["train_loss_refit"], color=color, lw=1.4, ls="--",
-                 marker="s", ms=3)
+    ax_loss.plot(c["eval_round"], c["train_loss"], color=color, **PROTOCOL_STYLES["own"])
+    ax_loss.plot(c["eval_round"], c["train_loss_refit"], color=color,
+                 **PROTOCOL_STYLES["refit"])
     ax_acc.plot(c["eval_round"], 100 * np.array(c["test_accuracy_mean"]), color=color,
-                lw=2, marker="o", ms=4)
+                **PROTOCOL_STYLES["own"])
     ax_acc.plot(c["eval_round"], 100 * np.array(c["test_accuracy_refit_mean"]),
-                color=color, lw=1.4, ls="--", marker="s", ms=3)
+                color=color, **PROTOCOL_STYLES["refit"])
     ax_acc.plot(c["round"], 100 * np.array(c["sampled_pooled_last10"]), color=color,
-                lw=1.2, ls=":")
+                **PROTOCOL_STYLES["sampled"])
   # One legend for both panels, below them: a colour per run, a line style per protocol
   # (a legend per panel with every run x protocol covered the curves from 3 runs on).
-  style_keys = [
-      Line2D([], [], color="0.3", lw=2, marker="o", ms=4,
-             label="solid: each client's own head (L(ψ); accuracy over all clients)"),
-      Line2D([], [], color="0.3", lw=1.4, ls="--", marker="s", ms=3,
-             label="dashed: after every client refits its head"),
-      Line2D([], [], color="0.3", lw=1.2, ls=":",
-             label=f"dotted: sampled clients (accuracy, mean of the last {WINDOW} rounds)")]
+  style_keys = [Line2D([], [], color="0.3", **PROTOCOL_STYLES[name], label=text)
+                for name, text in PROTOCOL_LEGEND.items()]
   rows = max(len(run_keys), len(style_keys))  # column 1 the runs, column 2 the styles
   blank = lambda: Line2D([], [], alpha=0, label=" ")
   fig.legend(handles=[*run_keys, *(blank() for _ in range(rows - len(run_keys))),
