@@ -20,6 +20,15 @@ first one runs, so a bad value costs no compute. `--cache_head_features` (train.
 computes the body's features once per head-only phase: the same numbers, faster
 FedRecon / FedRep cells (the tau study's FedRecon on Omniglot).
 
+`--against=<run>[,<run>...]` puts finished runs from outside the study (a grid cell's
+record, e.g. docs/runs/cifar10/none/pflego/seed0) into its tables and figure, each at
+the varied values its own config.json holds (the grid's constant-rate cell beside a
+study of the cosine rate): every other setting its figures depend on must be the
+study's, and its partition that of the study's cells of its seed (else exit 2, before
+any cell runs); a run standing where a cell of the study does is refused. Its row is
+kept with the study's (marked `outside_study`): tables mark its entries †, the figure
+draws its point hollow.
+
 Each cell is a train.py run (the same `run_experiment`, resumable; a finished cell is
 skipped) in <output_dir>/<study>/<dataset>_<degree>[_T<rounds>]/<algorithm>/
 <name>=<value>[,<name>=<value>]/seed<k>/. Several invocations over one --output_dir
@@ -57,6 +66,7 @@ from tff_pflego import cli  # pylint: disable=g-bad-import-order
 
 import dataclasses
 import itertools
+import json
 import os
 import re
 import shutil
@@ -69,6 +79,8 @@ from tff_pflego import records
 from tff_pflego import settings
 from tff_pflego.config import PAPER_ACCURACY, PERSONALIZATIONS
 from tff_pflego.errors import UserError
+from tff_pflego.experiment_config import (RUN_INDEPENDENT, ignored_in_training,
+                                         load_run_config, resolve, without_output)
 from tff_pflego.training import cells
 from tff_pflego.training import grid
 
@@ -139,6 +151,13 @@ _DOCS_DIR = flags.DEFINE_string(
     "docs_dir", None, "Also copy the tables and figure here, and keep every finished "
     "cell's record under <docs_dir>/ablations (a cell stopped before its end is parked "
     "there and continued by the same command on a fresh clone).")
+_AGAINST = flags.DEFINE_list(
+    "against", None,
+    "Finished runs outside the study (run directories or their records, e.g. the grid's "
+    "docs/runs/<dataset>/<degree>/<algorithm>/seed<k>), tabulated and drawn beside its "
+    "cells, each at the values of the varied settings its own config.json holds; every "
+    "other setting that changes its figures, and its partition, must be the study's "
+    "(else exit 2, naming the first that differs).")
 _RECOVER_ROWS_FROM = flags.DEFINE_string(
     "recover_rows_from", None, "A study table (results.md) written before its rows were "
     "kept in a .csv beside it: read its cells (2 decimals; all clients and sampled) into "
@@ -282,19 +301,116 @@ def cell_config(plan: Plan, algorithm: str, point: tuple, seed: int):
 
 
 def cell_row(plan: Plan, algorithm: str, point: tuple, seed: int) -> dict:
-  directory = plan.source(algorithm, point, seed)
+  return figures_row(plan, algorithm, point, seed, plan.source(algorithm, point, seed))
+
+
+def figures_row(plan: Plan, algorithm: str, point: tuple, seed: int,
+                directory: str) -> dict:
+  """The results.csv row of the finished run in `directory` at `point`."""
   return dict(dataset=plan.dataset, degree=plan.degree, algorithm=algorithm, seed=seed,
               varied=plan.varied,
               **{name: value for (name, _), value in zip(plan.vary, point)},
               **cells.run_figures(directory), paper_rounds=plan.paper_rounds,
-              run_dir=directory)
+              run_dir=directory, partition_fingerprint=partition_fingerprint(directory))
+
+
+def partition_fingerprint(directory: str) -> Optional[str]:
+  """The fingerprint of the partition a finished run trained on (its summary.json)."""
+  with open(os.path.join(directory, records.SUMMARY)) as f:
+    return json.load(f).get("data_provenance", {}).get("partition_fingerprint")
+
+
+# The varied settings that change the partition (the clients' data), not only training.
+PARTITION_SETTINGS = ("num_clients", "dirichlet_alpha")
+# What a finished run's figures do not depend on besides what its training ignores:
+# where it ran, and how often all clients were scored before its last WINDOW rounds
+# (each of those is scored) or whether they were scored after a head refit too.
+_FIGURE_INDEPENDENT = RUN_INDEPENDENT + ("eval_every", "refit_eval")
+
+
+def outside_row(plan: Plan, directory: str) -> dict:
+  """The row of `directory`, a finished run outside the study (`--against`), at the
+  values of the varied settings its config.json holds: marked `outside_study`. Raises
+  UserError if it is unfinished or differs from the study's cell at those values in a
+  setting its figures depend on."""
+  where = f"--against {directory}"
+  if not records.finished(directory):
+    raise UserError(f"{where}: not a finished run ({records.SUMMARY} is missing)")
+  theirs = load_run_config(directory, "--against")
+  point = tuple(getattr(theirs, name) for name, _ in plan.vary)
+  at = "+".join(f"{name}={value_text(v)}" for (name, _), v in zip(plan.vary, point))
+  ours = resolve(without_output(cell_config(plan, theirs.algorithm, point, theirs.seed)))
+  ignored = set(_FIGURE_INDEPENDENT) | (
+      ignored_in_training(theirs.algorithm, theirs.server_lr_schedule)
+      & ignored_in_training(theirs.algorithm, ours.server_lr_schedule))
+  for field in dataclasses.fields(ours):
+    mine, its = (json.dumps(getattr(c, field.name)) for c in (ours, theirs))
+    if field.name not in ignored and mine != its:
+      raise UserError(f"{where}: its {field.name} is {its}, the study's cell at {at} "
+                      f"has {mine}")
+  return dict(figures_row(plan, theirs.algorithm, point, theirs.seed, directory),
+              outside_study=1, eval_every=theirs.eval_every)
+
+
+def check_outside(plan: Plan, outside: list[dict], kept: list[dict]) -> None:
+  """Raises UserError if a run outside the study (`outside_row`) stands where a cell of
+  the study does (planned, or finished among the `kept` rows) or another such run
+  stands, or trained on another partition than the study's cells of its seed."""
+  cells_at = {(a, s) + p for a in plan.algorithms for p in plan.points() for s in plan.seeds}
+  cells_at |= {_row_key(plan, r) for r in kept if not r.get("outside_study")}
+  seen = {}
+  for row in outside:
+    key = _row_key(plan, row)
+    if key in cells_at or key in seen:
+      other = seen.get(key, "a cell of the study")
+      raise UserError(f"--against {row['run_dir']}: {other} stands at its "
+                      f"{', '.join(f'{n}={value_text(row[n])}' for n, _ in plan.vary)}")
+    seen[key] = row["run_dir"]
+    partition = tuple(row[n] for n, _ in plan.vary if n in PARTITION_SETTINGS)
+    for r in kept:
+      if (r["seed"] == row["seed"] and not r.get("outside_study")
+          and tuple(r[n] for n, _ in plan.vary if n in PARTITION_SETTINGS) == partition
+          and _partition_of(r) not in (None, row["partition_fingerprint"])):
+        raise UserError(f"--against {row['run_dir']}: trained on partition "
+                        f"{str(row['partition_fingerprint'])[:12]}, the study's cell "
+                        f"{r['run_dir']} on {_partition_of(r)[:12]}")
+
+
+def _partition_of(row: dict) -> Optional[str]:
+  """A kept row's partition fingerprint: its own, else its run's if that is still
+  there (rows kept before the fingerprint was), else None."""
+  if row.get("partition_fingerprint"):
+    return row["partition_fingerprint"]
+  run = row.get("run_dir")
+  return partition_fingerprint(run) if run and records.finished(run) else None
+
+
+def rows_at(plan: Plan, rows: list[dict], algorithm: str, point: tuple) -> list[dict]:
+  return [r for r in rows if r["algorithm"] == algorithm
+          and all(r[name] == value for (name, _), value in zip(plan.vary, point))]
 
 
 def summary(plan: Plan, rows: list[dict], algorithm: str, point: tuple,
             metric: str) -> Optional[grid.Summary]:
-  at_point = [r for r in rows
-              if all(r[name] == value for (name, _), value in zip(plan.vary, point))]
-  return grid.summarize(at_point, plan.dataset, plan.degree, algorithm, metric)
+  return grid.summarize(rows_at(plan, rows, algorithm, point), plan.dataset,
+                        plan.degree, algorithm, metric)
+
+
+def outside_study(plan: Plan, rows: list[dict], algorithm: str, point: tuple) -> bool:
+  """Whether the figures at `point` come from a run outside the study (`--against`)."""
+  return any(r.get("outside_study") for r in rows_at(plan, rows, algorithm, point))
+
+
+_OUTSIDE_MARK = " †"
+
+
+def outside_notes(rows: list[dict], eval_every: int) -> list[str]:
+  """The table's footnote on its runs from outside the study, if any."""
+  return [f"{_OUTSIDE_MARK.strip()} not a cell of the study: `{r['run_dir']}`"
+          + (f" (all clients scored every {r['eval_every']:g} rounds, the study's every "
+             f"{eval_every}: its largest rise of L(ψ) is read at those rounds)"
+             if r.get("eval_every") not in (None, eval_every) else "") + "  "
+          for r in rows if r.get("outside_study")]
 
 
 def _line_groups(plan: Plan) -> list[tuple[str, tuple]]:
@@ -313,6 +429,8 @@ def write_table(plan: Plan, rows: list[dict]) -> None:
            + (f" (shortened: the paper's T is {plan.paper_rounds})"
               if plan.rounds < plan.paper_rounds else "")
            + "; mean ± std over the last 10 evaluations, or over seeds (n=).", ""]
+  notes = outside_notes(rows, _EVAL_EVERY.value)
+  lines += notes + ([""] if notes else [])
   for metric, protocol in PROTOCOLS:
     lines += [f"## {protocol}", "",
               "| algorithm | " + " | ".join(f"{first_name}={value_text(v)}"
@@ -322,8 +440,11 @@ def write_table(plan: Plan, rows: list[dict]) -> None:
       for label, second in _line_groups(plan):
         texts = [summary(plan, rows, algorithm, (v,) + second, metric)
                  for v in first_values]
+        marks = [_OUTSIDE_MARK if outside_study(plan, rows, algorithm, (v,) + second)
+                 else "" for v in first_values]
         lines.append(f"| {algorithm}{' ' + label if label else ''} | "
-                     + " | ".join("—" if s is None else s.text() for s in texts) + " |")
+                     + " | ".join("—" if s is None else s.text() + mark
+                                  for s, mark in zip(texts, marks)) + " |")
     lines.append("")
   lines += loss_table(plan, rows)
   with open(os.path.join(plan.directory, "results.md"), "w") as f:
@@ -343,13 +464,12 @@ def loss_table(plan: Plan, rows: list[dict]) -> list[str]:
     for label, second in _line_groups(plan):
       texts = []
       for value in first_values:
-        point = (value,) + second
-        found = [r for r in rows if r["algorithm"] == algorithm and all(
-            r[name] == v for (name, _), v in zip(plan.vary, point))]
+        found = rows_at(plan, rows, algorithm, (value,) + second)
         means = [np.mean([np.nan if r.get(key) is None else r[key] for r in found])
                  if found else np.nan for key, _ in LOSSES]
+        mark = _OUTSIDE_MARK if any(r.get("outside_study") for r in found) else ""
         texts.append("—" if all(np.isnan(means)) else
-                     f"{means[0]:.3g} / {means[1]:.2f}x / {means[2]:.3g}")
+                     f"{means[0]:.3g} / {means[1]:.2f}x / {means[2]:.3g}{mark}")
       lines.append(f"| {algorithm}{' ' + label if label else ''} | "
                    + " | ".join(texts) + " |")
   return lines + [""]
@@ -396,9 +516,17 @@ def plot(plan: Plan, rows: list[dict]) -> None:
           ax.errorbar(x, y, yerr=err if err.any() else None, marker="o", color=color,
                       lw=2.4 if algorithm == "pflego" and not panel else 1.5,
                       label=name, capsize=3)
+          outside = [i for i, (v, _) in enumerate(found)
+                     if outside_study(plan, rows, algorithm, (v,) + second)]
+          if outside:  # a run from outside the study: a hollow point
+            ax.plot([x[i] for i in outside], y[outside], ls="none", marker="o", ms=7,
+                    mfc="white", mec=color, mew=1.5, zorder=3)
           ax.set(ylabel=title + ("" if metric == "train_loss" else " (%)"))
           if metric == "train_loss":
-            ax.set_yscale("log")
+            ax.set_yscale("log")  # plain numbers (2.5, not 2.5 x 10^0) within a decade
+            ax.yaxis.set_major_formatter(matplotlib.ticker.LogFormatter())
+            ax.yaxis.set_minor_formatter(matplotlib.ticker.LogFormatter(
+                labelOnlyBase=False, minor_thresholds=(2, 0.5)))
           if log_x:
             ax.set_xscale("log")
           ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
@@ -426,7 +554,9 @@ def plot(plan: Plan, rows: list[dict]) -> None:
                if plan.rounds < plan.paper_rounds else f", T = {plan.rounds}")
   fig.suptitle(f"Ablation {plan.study}: {plan.dataset}, {plan.degree}{shortened}\n"
                "points: mean of the last 10 evaluations; bars: std across seeds\n"
-               "(one seed: across those evaluations)", fontsize=10)
+               "(one seed: across those evaluations)"
+               + ("; hollow: a run outside the study (--against)"
+                  if any(r.get("outside_study") for r in rows) else ""), fontsize=10)
   fig.savefig(os.path.join(plan.directory, "ablation.png"), dpi=110)
   plt.close(fig)
 
@@ -455,16 +585,23 @@ def read_rows(plan: Plan, path: str) -> list[dict]:
   return rows
 
 
-def tabulate(plan: Plan, fresh: list[dict]) -> None:
-  """results.csv, results.md and ablation.png of every finished cell of the study
-  that varies the same settings: the earlier invocations' rows are kept (a fresh cell
-  replaces its row), so runs of other values or algorithms add to one table. With
-  --docs_dir the three are also copied there after every cell."""
+def kept_rows(plan: Plan) -> list[dict]:
+  """The study's rows kept by earlier invocations that vary the same settings (the
+  --docs_dir copy first, so that the run directory's own rows win)."""
   rows = {}
   for path in reversed(_kept_results(plan)):
     rows.update((_row_key(plan, r), r)
                 for r in read_rows(plan, path)
                 if r.get("varied") == plan.varied)
+  return list(rows.values())
+
+
+def tabulate(plan: Plan, fresh: list[dict]) -> None:
+  """results.csv, results.md and ablation.png of every finished cell of the study
+  that varies the same settings: the earlier invocations' rows are kept (a fresh cell
+  replaces its row), so runs of other values or algorithms add to one table. With
+  --docs_dir the three are also copied there after every cell."""
+  rows = {_row_key(plan, r): r for r in kept_rows(plan)}
   rows.update((_row_key(plan, r), r) for r in fresh)
   rows = list(rows.values())
   if not rows:
@@ -619,8 +756,10 @@ def main(argv) -> None:
   for cell in work:  # every cell to run checked before any runs
     if plan.source(*cell) is None:
       experiment.resolve(cells.resuming(cell_config(plan, *cell)))
+  outside = [outside_row(plan, directory) for directory in _AGAINST.value or ()]
+  check_outside(plan, outside, kept_rows(plan))
   os.makedirs(plan.directory, exist_ok=True)
-  rows = []
+  rows = list(outside)
   for number, cell in enumerate(work, 1):
     directory, record = plan.cell_dir(*cell), plan.record_dir(*cell)
     label = f"[{number}/{len(work)}] {os.path.relpath(directory, plan.directory)}"
@@ -632,8 +771,8 @@ def main(argv) -> None:
       records.keep(directory, record, cells.RECORDED)
     rows.append(cell_row(plan, *cell))
     tabulate(plan, rows)
-  if not rows:  # every cell claimed by other processes: the table from the records
-    tabulate(plan, rows)
+  if len(rows) == len(outside):  # no cell of the study tabulated: every one claimed by
+    tabulate(plan, rows)        # other processes; the table from the records
   results = os.path.join(plan.directory, "results.md")
   if os.path.exists(results):
     print(open(results).read())

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.helpers import ENV, REPO
+from tests.helpers import ENV, REPO, TRAIN
 from tff_pflego.config import paper_defaults
 from tff_pflego.training import grid
 from tff_pflego.training.release import read_rows
@@ -293,3 +293,91 @@ def test_the_figure_draws_each_papers_figure_once_in_its_algorithms_color(tmp_pa
     colors = panel["algorithms"]
     assert sorted(colors) == sorted(algorithms) and len(set(colors.values())) == 3
     assert panel["paper"] == [[label, colors[a]] for label, a in zip(paper, algorithms)]
+
+
+def test_a_run_outside_the_study_joins_it_only_where_it_fits(prepared, tmp_path):
+  """--against: a finished train.py run (the grid's constant-rate cell, scored at
+  another cadence) joins a study of the cosine rate at the values its config holds,
+  with its own numbers, marked; a run that differs in a setting its figures depend on,
+  is unfinished, stands where a cell does, or trained on another partition is refused
+  (one line, exit 2) and nothing is written."""
+  outside = tmp_path / "grid_cell"
+  trained = subprocess.run(TRAIN + [
+      "--dataset=fashion_mnist", "--num_clients=5", "--rounds=3", "--eval_every=3",
+      f"--data_dir={prepared}", f"--output_dir={outside}", "--noprogress"],
+      env=ENV, capture_output=True, text=True, timeout=900)
+  assert trained.returncode == 0, trained.stderr[-3000:]
+  out, docs = tmp_path / "ablate", tmp_path / "docs"
+  study = ABLATE + ["--study=server_rate", "--dataset=fashion_mnist", "--degree=high",
+                    "--rounds=3", "--eval_every=1", "--noprogress", f"--data_dir={prepared}",
+                    f"--output_dir={out}", f"--docs_dir={docs}"]
+  cosine = study + ["--vary=server_lr_schedule=cosine", "--vary=num_clients=5"]
+
+  def refused(args: list[str], message: str) -> None:
+    before = _digests(str(docs)) if docs.exists() else None
+    result = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines() == [f"error: --against {message}"]
+    assert (_digests(str(docs)) if docs.exists() else None) == before
+
+  def copy(name: str, edit: str, change) -> str:
+    path = tmp_path / name
+    shutil.copytree(outside, path)
+    with open(path / edit) as f:
+      content = json.load(f)
+    change(content)
+    with open(path / edit, "w") as f:
+      json.dump(content, f)
+    return str(path)
+
+  other_lr = copy("other_lr", "config.json", lambda c: c.update(client_lr=0.5))
+  paper_lr = paper_defaults("fashion_mnist", "pflego", "high").client_lr
+  refused(cosine + [f"--against={other_lr}"],
+          f"{other_lr}: its client_lr is 0.5, the study's cell at "
+          f"server_lr_schedule=constant+num_clients=5 has {paper_lr}")
+  unfinished = tmp_path / "unfinished"
+  shutil.copytree(outside, unfinished)
+  os.remove(unfinished / "summary.json")
+  refused(cosine + [f"--against={unfinished}"],
+          f"{unfinished}: not a finished run (summary.json is missing)")
+  refused(study + ["--vary=server_lr_schedule=constant", "--vary=num_clients=5",
+                   f"--against={outside}"],
+          f"{outside}: a cell of the study stands at its server_lr_schedule=constant, "
+          "num_clients=5")
+  twin = copy("twin", "config.json", lambda c: None)
+  refused(cosine + [f"--against={outside},{twin}"],
+          f"{twin}: {outside} stands at its server_lr_schedule=constant, num_clients=5")
+  assert not docs.exists() and not out.exists()
+
+  joined = subprocess.run(cosine + [f"--against={outside}"], env=ENV,
+                          capture_output=True, text=True, timeout=900)
+  assert joined.returncode == 0, joined.stderr[-3000:]
+  table_path = docs / "ablation_server_rate_fashion_mnist_high_T3.md"
+  table = table_path.read_text()
+  assert "| algorithm | server_lr_schedule=constant | server_lr_schedule=cosine |" in table
+  evals = [row["test_accuracy_mean"] for row in read_rows(
+      str(outside / "metrics.csv")) if row["round"] > 0]
+  assert len(evals) == 3  # every round of the last 10 is scored, whatever --eval_every
+  assert (f"| pflego num_clients=5 | {100 * np.mean(evals):.2f} ± "
+          f"{100 * np.std(evals):.2f} (shortened: T=3) † |") in table
+  assert (f"† not a cell of the study: `{outside}` (all clients scored every 3 rounds, "
+          "the study's every 1") in table
+  rows = {r["server_lr_schedule"]: r for r in grid.read_results(
+      str(docs / "ablation_server_rate_fashion_mnist_high_T3.csv"),
+      text_fields=("server_lr_schedule",))}
+  with open(outside / "summary.json") as f:
+    fingerprint = json.load(f)["data_provenance"]["partition_fingerprint"]
+  assert rows["constant"]["outside_study"] == 1 and not rows["cosine"]["outside_study"]
+  assert rows["constant"]["partition_fingerprint"] == fingerprint
+  assert rows["cosine"]["partition_fingerprint"] == fingerprint  # the same clients
+
+  def other_partition(summary: dict) -> None:
+    summary["data_provenance"]["partition_fingerprint"] = "f" * 64
+  elsewhere = copy("elsewhere", "summary.json", other_partition)
+  refused(cosine + [f"--against={elsewhere}"],
+          f"{elsewhere}: trained on partition ffffffffffff, the study's cell "
+          f"{rows['cosine']['run_dir']} on {fingerprint[:12]}")
+
+  again = subprocess.run(cosine, env=ENV, capture_output=True, text=True, timeout=900)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert table_path.read_text() == table  # the outside run's row is kept

@@ -18,7 +18,7 @@ from tff_pflego.algorithms.registry import build_algorithm
 from tff_pflego.data import load_federated_data
 from tff_pflego.experiment_config import (ExperimentConfig, check_creatable,
                                          existing_run_files, has_checkpoint,
-                                         load_run_config, make_dir, partition_scheme,
+                                         ignored_in_training, load_run_config, make_dir, partition_scheme,
                                          resolve, without_output)
 from tff_pflego.training import driver, evaluation
 from tff_pflego.training.sampling import ClientSampler
@@ -32,22 +32,14 @@ class Prepared:
   fingerprint: dict
 
 
-_SCHEDULE_FIELDS = ("server_lr_schedule", "server_lr_final_fraction", "schedule_rounds")
-
-
 def training_settings(config: AlgorithmConfig, algorithm: str) -> dict:
   """The settings `algorithm` depends on in training (local evaluation only adds
-  metrics). A constant server rate leaves the schedule's fields out, so that
-  checkpoints written before the schedule existed keep their fingerprint and resume;
-  so does the local momentum of an algorithm that ignores it (written as 0.9 before
-  FedRep took it). Caching the head-only steps' features changes no number: a run
-  resumes with or without it."""
-  ignored = {"sampled_eval", "cache_head_features"} | (
-      set() if algorithm in config_lib.LOCAL_MOMENTUM else {"momentum"})
-  settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in ignored}
-  if config.server_lr_schedule == "constant":
-    settings = {k: v for k, v in settings.items() if k not in _SCHEDULE_FIELDS}
-  return settings
+  metrics): every field but `ignored_in_training`'s, so that checkpoints written before
+  the server rate's schedule existed, or before FedRep took the local momentum (written
+  as 0.9 before), keep their fingerprint and resume; a run resumes with or without
+  cached head features (the same numbers)."""
+  ignored = ignored_in_training(algorithm, config.server_lr_schedule)
+  return {k: v for k, v in dataclasses.asdict(config).items() if k not in ignored}
 
 
 def training_algorithm(name: str, config: AlgorithmConfig, client_data=None):

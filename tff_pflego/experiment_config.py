@@ -147,6 +147,20 @@ def without_output(c: ExperimentConfig) -> ExperimentConfig:
       output_dir=os.path.join(tempfile.gettempdir(), "tff_pflego_not_written"))
 
 
+# The server rate's schedule, in a run's settings (`schedule_rounds`: the algorithm's).
+SCHEDULE_FIELDS = ("server_lr_schedule", "server_lr_final_fraction", "schedule_rounds")
+
+
+def ignored_in_training(algorithm: str, server_lr_schedule: str) -> set[str]:
+  """The settings that change no number `algorithm` computes in training: whether
+  the sampled clients are scored and the head-only steps' features cached, the local
+  momentum of an algorithm that takes none (`config.LOCAL_MOMENTUM`), and a constant
+  server rate's schedule fields."""
+  return ({"sampled_eval", "cache_head_features"}
+          | (set() if algorithm in config_lib.LOCAL_MOMENTUM else {"momentum"})
+          | (set(SCHEDULE_FIELDS) if server_lr_schedule == "constant" else set()))
+
+
 def partition_scheme(c: ExperimentConfig) -> PartitionScheme:
   """The partition settings of `c` as one `PartitionScheme`."""
   return PartitionScheme(c.partition, c.class_assignment, c.dirichlet_alpha,
@@ -166,8 +180,8 @@ def _check(condition: bool, message: str) -> None:
 
 # Settings that do not change what a run computes: a run stopped before its first
 # checkpoint restarts by itself when only these differ.
-_RUN_INDEPENDENT = ("output_dir", "overwrite", "resume", "progress", "workers",
-                    "export_dir", "data_dir", "raw_data_dir", "checkpoint_every")
+RUN_INDEPENDENT = ("output_dir", "overwrite", "resume", "progress", "workers",
+                   "export_dir", "data_dir", "raw_data_dir", "checkpoint_every")
 
 
 def existing_run_files(path: str) -> list[str]:
@@ -197,7 +211,7 @@ def _same_run(c: ExperimentConfig) -> bool:
     return False
   mine = json.loads(json.dumps(dataclasses.asdict(c)))
   return isinstance(saved, dict) and all(
-      saved.get(k) == v for k, v in mine.items() if k not in _RUN_INDEPENDENT)
+      saved.get(k) == v for k, v in mine.items() if k not in RUN_INDEPENDENT)
 
 
 def check_creatable(path: str, flag: str) -> None:

@@ -24,7 +24,8 @@ from typing import Iterable, Mapping, Optional, Sequence
 import numpy as np
 
 CELL_KEY = ("dataset", "degree", "algorithm", "seed")
-_TEXT_FIELDS = ("dataset", "degree", "algorithm", "run_dir", "varied")
+_TEXT_FIELDS = ("dataset", "degree", "algorithm", "run_dir", "varied",
+                "partition_fingerprint")
 _INT_FIELDS = ("seed", "rounds", "paper_rounds", "head_features_cached")
 
 
