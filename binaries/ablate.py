@@ -311,13 +311,7 @@ def figures_row(plan: Plan, algorithm: str, point: tuple, seed: int,
               varied=plan.varied,
               **{name: value for (name, _), value in zip(plan.vary, point)},
               **cells.run_figures(directory), paper_rounds=plan.paper_rounds,
-              run_dir=directory, partition_fingerprint=partition_fingerprint(directory))
-
-
-def partition_fingerprint(directory: str) -> Optional[str]:
-  """The fingerprint of the partition a finished run trained on (its summary.json)."""
-  with open(os.path.join(directory, records.SUMMARY)) as f:
-    return json.load(f).get("data_provenance", {}).get("partition_fingerprint")
+              run_dir=directory, partition_fingerprint=records.partition_fingerprint(directory))
 
 
 # The varied settings that change the partition (the clients' data), not only training.
@@ -382,7 +376,7 @@ def _partition_of(row: dict) -> Optional[str]:
   if row.get("partition_fingerprint"):
     return row["partition_fingerprint"]
   run = row.get("run_dir")
-  return partition_fingerprint(run) if run and records.finished(run) else None
+  return records.partition_fingerprint(run) if run and records.finished(run) else None
 
 
 def rows_at(plan: Plan, rows: list[dict], algorithm: str, point: tuple) -> list[dict]:
@@ -467,7 +461,8 @@ def loss_table(plan: Plan, rows: list[dict]) -> list[str]:
         found = rows_at(plan, rows, algorithm, (value,) + second)
         means = [np.mean([np.nan if r.get(key) is None else r[key] for r in found])
                  if found else np.nan for key, _ in LOSSES]
-        mark = _OUTSIDE_MARK if any(r.get("outside_study") for r in found) else ""
+        mark = (_OUTSIDE_MARK if outside_study(plan, rows, algorithm, (value,) + second)
+                else "")
         texts.append("—" if all(np.isnan(means)) else
                      f"{means[0]:.3g} / {means[1]:.2f}x / {means[2]:.3g}{mark}")
       lines.append(f"| {algorithm}{' ' + label if label else ''} | "

@@ -179,7 +179,7 @@ def keep_record(dataset: str, degree: str, algorithm: str, seed: int) -> None:
   from tff_pflego.training import ceiling
   run = cell_dir(dataset, degree, algorithm, seed)
   records.keep(run, record_dir(dataset, degree, algorithm, seed), RECORDED,
-               facts=dict(partition_fingerprint=ceiling.partition_fingerprint(run)))
+               facts=dict(partition_fingerprint=records.partition_fingerprint(run)))
 
 
 def cell_config(dataset: str, degree: str, algorithm: str, seed: int):

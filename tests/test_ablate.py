@@ -368,6 +368,10 @@ def test_a_run_outside_the_study_joins_it_only_where_it_fits(prepared, tmp_path)
   with open(outside / "summary.json") as f:
     fingerprint = json.load(f)["data_provenance"]["partition_fingerprint"]
   assert rows["constant"]["outside_study"] == 1 and not rows["cosine"]["outside_study"]
+  losses_line = [line for line in table.split("## L(ψ)")[1].splitlines()
+                 if line.startswith("| pflego num_clients=5 |")]
+  assert [cell.strip().endswith("†") for cell in losses_line[0].split("|")[2:4]] == [
+      True, False]  # the L(psi) table marks the outside run's entry only
   assert rows["constant"]["partition_fingerprint"] == fingerprint
   assert rows["cosine"]["partition_fingerprint"] == fingerprint  # the same clients
 

@@ -121,3 +121,20 @@ def test_the_legend_names_each_algorithm_once_with_its_seeds_per_degree():
           == "fedavg (3 seeds at Medium, 5 seeds at None)")
   assert (grid.legend_label("fedavg", {"high": 1}, shortened_rounds=50)
           == "fedavg (shortened: T=50)")
+
+
+def test_a_runs_partition_is_read_from_its_summary_then_its_manifest_then_its_record(
+    tmp_path):
+  import json
+  from tff_pflego import records
+  run = str(tmp_path)
+  assert records.partition_fingerprint(run) is None
+  (tmp_path / "record.json").write_text(json.dumps({"partition_fingerprint": "kept"}))
+  assert records.partition_fingerprint(run) == "kept"  # a record of an old summary
+  (tmp_path / "partition.json").write_text(json.dumps({"partition_fingerprint": "manifest"}))
+  assert records.partition_fingerprint(run) == "manifest"  # an unfinished run
+  (tmp_path / "summary.json").write_text(json.dumps({"data_provenance": {}}))
+  assert records.partition_fingerprint(run) == "manifest"  # a summary without one
+  (tmp_path / "summary.json").write_text(
+      json.dumps({"data_provenance": {"partition_fingerprint": "trained"}}))
+  assert records.partition_fingerprint(run) == "trained"  # what the run trained on

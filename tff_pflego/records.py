@@ -23,12 +23,14 @@ import csv
 import fcntl
 import gzip
 import io
+import json
 import math
 import os
 import tarfile
 from typing import Iterator, Optional, Sequence
 
 from tff_pflego import files
+from tff_pflego.training import run_files
 
 ROUND = "round"  # the key column of a run's CSVs
 SUMMARY = "summary.json"
@@ -41,6 +43,23 @@ def finished(directory: str) -> bool:
   """Whether `directory` holds a finished run or its record (summary.json is written
   last)."""
   return os.path.exists(os.path.join(directory, SUMMARY))
+
+
+def partition_fingerprint(directory: str) -> Optional[str]:
+  """The fingerprint of the partition the run or record in `directory` trained on: from
+  its summary.json's data provenance if finished, else its partition.json, else (a
+  record whose summary predates the fingerprint) its record.json; None if none has one."""
+  for name, key in ((SUMMARY, ("data_provenance",)), (run_files.PARTITION_FILE, ()),
+                    (RECORD, ())):
+    path = os.path.join(directory, name)
+    if os.path.exists(path):
+      with open(path) as f:
+        content = json.load(f)
+      for step in key:
+        content = content.get(step, {})
+      if content.get("partition_fingerprint"):
+        return content["partition_fingerprint"]
+  return None
 
 
 def _write_gzip(path: str, data: bytes) -> None:

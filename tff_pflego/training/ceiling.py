@@ -117,17 +117,6 @@ def central_objective_ceiling(data, seed: int, epochs: int, progress: bool = Tru
               best_test_accuracy_mean=max(curve), best_epoch=int(np.argmax(curve)) + 1)
 
 
-def partition_fingerprint(run_dir: str) -> Optional[str]:
-  """The fingerprint of the run's partition: from its partition.json, or in a run's
-  record (which keeps no partition) from record.json; None if neither is there."""
-  for name in ("partition.json", records.RECORD):
-    path = os.path.join(run_dir, name)
-    if os.path.exists(path):
-      with open(path) as f:
-        return json.load(f)["partition_fingerprint"]
-  return None
-
-
 def read_ceiling(run_dir: str) -> Optional[dict]:
   """The run's ceiling if one was computed on the run's own partition, else None."""
   path = os.path.join(run_dir, CEILING_FILE)
@@ -135,7 +124,7 @@ def read_ceiling(run_dir: str) -> Optional[dict]:
     return None
   with open(path) as f:
     ceiling = json.load(f)
-  if ceiling.get("partition_fingerprint") != partition_fingerprint(run_dir):
+  if ceiling.get("partition_fingerprint") != records.partition_fingerprint(run_dir):
     return None  # computed on another partition: stale
   if any(ceiling.get(name) != value for name, value in RECIPE.items()):
     return None  # computed by another recipe: stale
@@ -146,7 +135,7 @@ def write_ceiling(run_dir: str, data, seed: int, epochs: int,
                   progress: bool = True) -> dict:
   """Computes the ceiling of the run in `run_dir` on `data`, which must hold the run's
   partition (its partition.json fingerprint), and writes it as ceiling.json."""
-  wanted = partition_fingerprint(run_dir)
+  wanted = records.partition_fingerprint(run_dir)
   if data.provenance["partition_fingerprint"] != wanted:
     raise UserError(f"{run_dir}: the prepared data hold partition "
                     f"{data.provenance['partition_fingerprint'][:12]}, the run "
