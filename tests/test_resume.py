@@ -80,6 +80,18 @@ def _assert_same_results(straight_dir, other_dir):
     np.testing.assert_array_equal(x, y)
 
 
+def _machines(run_dir) -> list[tuple]:
+  """The summary's segments: first round, CPU model, TensorFlow version."""
+  segments = json.loads((run_dir / "summary.json").read_text())["machines"]
+  return [(s["first_round"], s["cpu"], s["tensorflow"]) for s in segments]
+
+
+def _this_cpu() -> str:
+  with open("/proc/cpuinfo") as f:
+    return next((line.split(":", 1)[1].strip() for line in f
+                 if line.startswith("model name")), "unknown CPU")
+
+
 def test_sigkilled_run_resumes_to_the_uninterrupted_result(prepared, tmp_path, straight):
   killed = tmp_path / "killed"
   _kill_when(_run_args(prepared, killed),
@@ -89,9 +101,13 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_result(prepared, tmp_path, s
   resumed = subprocess.run(_run_args(prepared, killed), env=ENV, capture_output=True,
                            text=True, timeout=600)  # same command: resumes by default
   assert resumed.returncode == 0, resumed.stderr[-3000:]
-  assert re.search(rf"^resuming from round [3-{ROUNDS - 1}] of {ROUNDS}$", resumed.stdout,
-                   re.MULTILINE), resumed.stdout
+  found = re.search(rf"^resuming from round ([3-{ROUNDS - 1}]) of {ROUNDS}$",
+                    resumed.stdout, re.MULTILINE)
+  assert found, resumed.stdout
   _assert_same_results(straight[0], killed)
+  here = (_this_cpu(), tf.__version__)
+  assert _machines(straight[0]) == [(0,) + here]
+  assert _machines(killed) == [(0,) + here, (int(found.group(1)) + 1,) + here]
 
 
 def test_run_killed_before_its_first_checkpoint_restarts_by_itself(prepared, tmp_path,
@@ -109,6 +125,7 @@ def test_run_killed_before_its_first_checkpoint_restarts_by_itself(prepared, tmp
   assert "stopped before its first checkpoint: starting it again from round 0" in (
       again.stdout)
   _assert_same_results(straight[0], killed)
+  assert _machines(killed) == [(0, _this_cpu(), tf.__version__)]  # the first start's is gone
 
 
 def test_same_command_on_a_finished_run_says_it_is_complete(prepared, straight):

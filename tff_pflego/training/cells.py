@@ -46,7 +46,7 @@ REFIT_METRIC = "test_accuracy_refit_mean"
 RECORDED = ("config.json", "metrics.csv", "rounds.csv")
 # What a parked (unfinished) cell keeps besides its newest checkpoint.
 PARKED = ("config.json", "metrics.csv", "rounds.csv", "partition.json", "clients.csv",
-          "tensorboard")
+          "machines.json", "tensorboard")
 
 
 def resuming(config):

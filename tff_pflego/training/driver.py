@@ -40,7 +40,7 @@ from tff_pflego.algorithms import composition, packed_metrics
 from tff_pflego.algorithms.api import PersonalizedAlgorithm
 from tff_pflego.data.federated import FederatedData
 from tff_pflego.errors import UserError
-from tff_pflego.training import curves, evaluation, ledger, outputs
+from tff_pflego.training import curves, evaluation, ledger, outputs, run_machines
 from tff_pflego.training.checkpoints import CheckpointManager, RunState
 from tff_pflego.training.client_store import ClientStateStore
 from tff_pflego.training.release import RunReleaser, read_rows
@@ -103,6 +103,7 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
   saved_round = committed.round_num if resumed else None
   start = time.monotonic() - committed.elapsed_s
   first_round = committed.round_num + 1 if resumed else 0
+  run_machines.record_start(config.output_dir, first_round)
   table = None
   bar = tqdm.tqdm(range(first_round, config.rounds + 1),
                   disable=not config.progress or first_round > config.rounds,
@@ -368,6 +369,7 @@ def _summary(config: RunConfig, history: list[dict], rounds: list[dict],
       bytes_per_client_round=dict(down=mean_of("bytes_down"), up=mean_of("bytes_up")),
       reports=int(sum(_column(rounds, "num_reports"))),
       rejected_updates=int(sum(_column(rounds, "rejected_updates"))),
+      machines=run_machines.read_segments(config.output_dir),
       final=final,
       final_protocols={
           "test_accuracy_mean": "all clients, current body and own head, mean over clients",

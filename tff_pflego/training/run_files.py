@@ -5,3 +5,4 @@ CHECKPOINT_DIR = "checkpoints"
 CHECKPOINT_PREFIX = "round_"  # checkpoints/round_<n>/
 CONFIG_FILE = "config.json"
 PARTITION_FILE = "partition.json"
+MACHINES_FILE = "machines.json"  # which machine made which rounds (`run_machines`)
