@@ -83,6 +83,7 @@ from tff_pflego.experiment_config import (RUN_INDEPENDENT, ignored_in_training,
                                          load_run_config, resolve, without_output)
 from tff_pflego.training import cells
 from tff_pflego.training import grid
+from tff_pflego.training import run_files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,7 +330,7 @@ def outside_row(plan: Plan, directory: str) -> dict:
   setting its figures depend on."""
   where = f"--against {directory}"
   if not records.finished(directory):
-    raise UserError(f"{where}: not a finished run ({records.SUMMARY} is missing)")
+    raise UserError(f"{where}: not a finished run ({run_files.SUMMARY_FILE} is missing)")
   theirs = load_run_config(directory, "--against")
   point = tuple(getattr(theirs, name) for name, _ in plan.vary)
   at = "+".join(f"{name}={value_text(v)}" for (name, _), v in zip(plan.vary, point))

@@ -15,6 +15,7 @@ import os
 from absl import flags
 
 from tff_pflego.errors import UserError
+from tff_pflego.training import run_files
 
 _RUN_DIR = flags.DEFINE_string("run_dir", None, "The run's --output_dir.", required=True)
 
@@ -22,7 +23,7 @@ _RUN_DIR = flags.DEFINE_string("run_dir", None, "The run's --output_dir.", requi
 def main(argv: list[str]) -> None:
   del argv
   from tff_pflego.training import curves
-  summary = os.path.join(_RUN_DIR.value, curves.SUMMARY_FILE)
+  summary = os.path.join(_RUN_DIR.value, run_files.SUMMARY_FILE)
   if not os.path.exists(summary):
     raise UserError(f"--run_dir {_RUN_DIR.value} holds no finished run ({summary} is "
                     "missing)")

@@ -176,7 +176,6 @@ def keep_record(dataset: str, degree: str, algorithm: str, seed: int) -> None:
   """Keeps the finished run's record (`tff_pflego/records.py`): what the tables and
   figures read, and its partition's fingerprint, against which `ceiling.read_ceiling`
   checks the kept ceiling as it does a run's."""
-  from tff_pflego.training import ceiling
   run = cell_dir(dataset, degree, algorithm, seed)
   records.keep(run, record_dir(dataset, degree, algorithm, seed), RECORDED,
                facts=dict(partition_fingerprint=records.partition_fingerprint(run)))

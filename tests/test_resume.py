@@ -20,6 +20,7 @@ import tensorflow as tf
 from tests import helpers
 from tests.helpers import ENV, TIMING_COLUMNS, tiny_run
 from tff_pflego.experiment import training_settings
+from tff_pflego.machine import this_machine
 
 ROUNDS = 6
 
@@ -81,15 +82,21 @@ def _assert_same_results(straight_dir, other_dir):
 
 
 def _machines(run_dir) -> list[tuple]:
-  """The summary's segments: first round, CPU model, TensorFlow version."""
+  """The summary's segments: first round, then the machine (`_here`'s fields)."""
   segments = json.loads((run_dir / "summary.json").read_text())["machines"]
-  return [(s["first_round"], s["cpu"], s["tensorflow"]) for s in segments]
+  return [(s["first_round"], s["cpu"], tuple(s["extensions"]), s["cores"], s["tensorflow"],
+           s["onednn_max_cpu_isa"]) for s in segments]
 
 
-def _this_cpu() -> str:
+def _here() -> tuple:
+  """This machine as the runs' subprocesses see it: CPU model (read here from
+  /proc/cpuinfo; the extensions' parsing is `test_machine`'s), cores, TensorFlow, and
+  the kernel limit the subprocesses' environment sets."""
   with open("/proc/cpuinfo") as f:
-    return next((line.split(":", 1)[1].strip() for line in f
-                 if line.startswith("model name")), "unknown CPU")
+    cpu = next((line.split(":", 1)[1].strip() for line in f
+                if line.startswith("model name")), "unknown CPU")
+  return (cpu, this_machine().extensions, len(os.sched_getaffinity(0)), tf.__version__,
+          ENV.get("ONEDNN_MAX_CPU_ISA"))
 
 
 def test_sigkilled_run_resumes_to_the_uninterrupted_result(prepared, tmp_path, straight):
@@ -105,7 +112,7 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_result(prepared, tmp_path, s
                     resumed.stdout, re.MULTILINE)
   assert found, resumed.stdout
   _assert_same_results(straight[0], killed)
-  here = (_this_cpu(), tf.__version__)
+  here = _here()
   assert _machines(straight[0]) == [(0,) + here]
   assert _machines(killed) == [(0,) + here, (int(found.group(1)) + 1,) + here]
 
@@ -125,7 +132,7 @@ def test_run_killed_before_its_first_checkpoint_restarts_by_itself(prepared, tmp
   assert "stopped before its first checkpoint: starting it again from round 0" in (
       again.stdout)
   _assert_same_results(straight[0], killed)
-  assert _machines(killed) == [(0, _this_cpu(), tf.__version__)]  # the first start's is gone
+  assert _machines(killed) == [(0,) + _here()]  # the first start's is gone
 
 
 def test_same_command_on_a_finished_run_says_it_is_complete(prepared, straight):

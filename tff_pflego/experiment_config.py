@@ -23,8 +23,8 @@ from tff_pflego.errors import UserError
 from tff_pflego.training import run_files
 from tff_pflego.worker_address import parse_address
 
-RUN_FILES = ("metrics.csv", "rounds.csv", "summary.json", "clients.csv", "curves.png",
-             run_files.PARTITION_FILE)
+RUN_FILES = (run_files.METRICS_FILE, run_files.ROUNDS_FILE, run_files.SUMMARY_FILE,
+             run_files.CLIENTS_FILE, run_files.CURVES_FILE, run_files.PARTITION_FILE)
 
 
 def _setting(name: str):

@@ -31,10 +31,9 @@ from typing import Iterator, Optional, Sequence
 
 from tff_pflego import files
 from tff_pflego.training import run_files
+from tff_pflego.training.run_files import METRICS_FILE, SUMMARY_FILE
 
 ROUND = "round"  # the key column of a run's CSVs
-SUMMARY = "summary.json"
-METRICS = "metrics.csv"
 RECORD = "record.json"  # facts about the run its kept files do not hold
 UNFINISHED = "unfinished.tar.gz"  # a parked run
 
@@ -42,14 +41,14 @@ UNFINISHED = "unfinished.tar.gz"  # a parked run
 def finished(directory: str) -> bool:
   """Whether `directory` holds a finished run or its record (summary.json is written
   last)."""
-  return os.path.exists(os.path.join(directory, SUMMARY))
+  return os.path.exists(os.path.join(directory, SUMMARY_FILE))
 
 
 def partition_fingerprint(directory: str) -> Optional[str]:
   """The fingerprint of the partition the run or record in `directory` trained on: from
   its summary.json's data provenance if finished, else its partition.json, else (a
   record whose summary predates the fingerprint) its record.json; None if none has one."""
-  for name, key in ((SUMMARY, ("data_provenance",)), (run_files.PARTITION_FILE, ()),
+  for name, key in ((SUMMARY_FILE, ("data_provenance",)), (run_files.PARTITION_FILE, ()),
                     (RECORD, ())):
     path = os.path.join(directory, name)
     if os.path.exists(path):
@@ -71,7 +70,7 @@ def _write_gzip(path: str, data: bytes) -> None:
   os.replace(path + ".tmp", path)
 
 
-def keep(run_dir: str, record_dir: str, names: Sequence[str] = (METRICS,),
+def keep(run_dir: str, record_dir: str, names: Sequence[str] = (METRICS_FILE,),
          facts: Optional[dict] = None) -> None:
   """Writes the record of the finished run in `run_dir` to `record_dir`: `names`
   (CSV files gzipped, others as they are; one missing from the run is removed from the
@@ -92,7 +91,7 @@ def keep(run_dir: str, record_dir: str, names: Sequence[str] = (METRICS,),
       continue
     with open(source, "rb") as f:
       _write_gzip(os.path.join(record_dir, name + ".gz"), f.read())
-  files.copy_file(os.path.join(run_dir, SUMMARY), os.path.join(record_dir, SUMMARY))
+  files.copy_file(os.path.join(run_dir, SUMMARY_FILE), os.path.join(record_dir, SUMMARY_FILE))
   with contextlib.suppress(FileNotFoundError):
     os.remove(os.path.join(record_dir, UNFINISHED))
 
@@ -175,7 +174,7 @@ def read_rows(path: str) -> list[dict[str, float]]:
 
 def read_metrics(directory: str) -> list[dict[str, float]]:
   """The metrics rows of a run directory or of a record."""
-  return read_rows(os.path.join(directory, METRICS))
+  return read_rows(os.path.join(directory, METRICS_FILE))
 
 
 def _lock(path: str) -> Optional[int]:

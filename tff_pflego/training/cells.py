@@ -36,6 +36,9 @@ import numpy as np
 from tff_pflego import records
 from tff_pflego.records import finished  # the cells' test of a finished run
 from tff_pflego.training.grid import largest_rise
+from tff_pflego.training.run_files import (CLIENTS_FILE, CONFIG_FILE, MACHINES_FILE,
+                                           METRICS_FILE, PARTITION_FILE, ROUNDS_FILE,
+                                           SUMMARY_FILE, TENSORBOARD_DIR)
 
 WINDOW = 10  # the paper's table entry: the mean over the final 10 rounds
 WORKER_RETRIES = 2
@@ -43,10 +46,9 @@ METRIC = "test_accuracy_mean"
 SAMPLED_METRIC = "test_accuracy_sampled_pooled"
 REFIT_METRIC = "test_accuracy_refit_mean"
 # A cell's record: what `run_figures` and the curves read (and the summary, kept last).
-RECORDED = ("config.json", "metrics.csv", "rounds.csv")
+RECORDED = (CONFIG_FILE, METRICS_FILE, ROUNDS_FILE)
 # What a parked (unfinished) cell keeps besides its newest checkpoint.
-PARKED = ("config.json", "metrics.csv", "rounds.csv", "partition.json", "clients.csv",
-          "machines.json", "tensorboard")
+PARKED = RECORDED + (PARTITION_FILE, CLIENTS_FILE, MACHINES_FILE, TENSORBOARD_DIR)
 
 
 def resuming(config):
@@ -139,12 +141,12 @@ def source(run_dir: str, record_dir: Optional[str]) -> Optional[str]:
 def run_figures(directory: str, window: int = WINDOW) -> dict:
   """A finished run's table figures (see the module docstring)."""
   from tff_pflego.training.release import read_rows  # loads TFF: only when needed
-  with open(os.path.join(directory, "summary.json")) as f:
+  with open(os.path.join(directory, SUMMARY_FILE)) as f:
     summary = json.load(f)
-  evals = [r for r in read_rows(os.path.join(directory, "metrics.csv")) if r["round"] > 0]
+  evals = [r for r in read_rows(os.path.join(directory, METRICS_FILE)) if r["round"] > 0]
   last = np.array([r[METRIC] for r in evals[-window:]])
   refit = np.array([r.get(REFIT_METRIC, np.nan) for r in evals[-window:]])
-  rounds = read_rows(os.path.join(directory, "rounds.csv"))
+  rounds = read_rows(os.path.join(directory, ROUNDS_FILE))
   sampled = np.array([r[SAMPLED_METRIC] for r in rounds[-window:]])
   losses = [r["train_loss"] for r in evals]
   return dict(rounds=summary["rounds"],

@@ -24,14 +24,13 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
-from tff_pflego.training.release import METRICS_FILE, ROUNDS_FILE, read_rows
+from tff_pflego.training.release import read_rows
+from tff_pflego.training.run_files import CURVES_FILE, METRICS_FILE, ROUNDS_FILE, SUMMARY_FILE
 
 if TYPE_CHECKING:  # matplotlib is imported only where a figure is drawn
   from matplotlib.figure import Figure
   from matplotlib.legend import Legend
 
-CURVES_FILE = "curves.png"
-SUMMARY_FILE = "summary.json"
 _MARKERS_UP_TO = 30  # evaluations; beyond, markers would hide the line
 
 

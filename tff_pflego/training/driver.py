@@ -44,7 +44,8 @@ from tff_pflego.training import curves, evaluation, ledger, outputs, run_machine
 from tff_pflego.training.checkpoints import CheckpointManager, RunState
 from tff_pflego.training.client_store import ClientStateStore
 from tff_pflego.training.release import RunReleaser, read_rows
-from tff_pflego.training.run_files import CHECKPOINT_DIR, CONFIG_FILE, PARTITION_FILE
+from tff_pflego.training.run_files import (CHECKPOINT_DIR, CLIENTS_FILE, CONFIG_FILE,
+                                           PARTITION_FILE, SUMMARY_FILE)
 from tff_pflego.training.sampling import ClientSampler
 
 FINAL_WINDOW = 10
@@ -135,11 +136,11 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
   finally:
     bar.close()
     if table is not None:
-      _write_clients_csv(os.path.join(config.output_dir, "clients.csv"), table, data)
+      _write_clients_csv(os.path.join(config.output_dir, CLIENTS_FILE), table, data)
 
   history, rounds = read_rows(releaser.metrics_path), read_rows(releaser.rounds_path)
   summary = _summary(config, history, rounds, time.monotonic() - start, data, len(store))
-  files.write_json(os.path.join(config.output_dir, curves.SUMMARY_FILE), summary)
+  files.write_json(os.path.join(config.output_dir, SUMMARY_FILE), summary)
   curves.plot_run(config.output_dir)
   return summary
 

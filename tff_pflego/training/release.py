@@ -23,9 +23,8 @@ import tensorflow_federated as tff
 from tff_pflego import records
 from tff_pflego.files import plain
 from tff_pflego.training import program_io
+from tff_pflego.training.run_files import METRICS_FILE, ROUNDS_FILE, TENSORBOARD_DIR
 
-METRICS_FILE = "metrics.csv"
-ROUNDS_FILE = "rounds.csv"
 KEY = records.ROUND
 
 
@@ -98,7 +97,7 @@ class RunReleaser:
     self._metrics = CsvRows(self.metrics_path)
     self._rounds = CsvRows(self.rounds_path)
     self._tensorboard = tff.program.TensorBoardReleaseManager(
-        os.path.join(output_dir, "tensorboard"))
+        os.path.join(output_dir, TENSORBOARD_DIR))
     self._log = tff.program.LoggingReleaseManager()
 
   def release_round(self, round_num: int, row: Mapping) -> None:

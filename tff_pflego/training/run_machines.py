@@ -36,11 +36,10 @@ def read_segments(run_dir: str) -> list[dict]:
     return json.load(f)
 
 
-def record_start(run_dir: str, first_round: int) -> list[dict]:
+def record_start(run_dir: str, first_round: int) -> None:
   """Adds this process's segment from `first_round` on after the segments of earlier
   rounds (a resumed run's; those from `first_round` on are made again here, and a run
   started afresh at round 0 keeps none)."""
   segments = [s for s in read_segments(run_dir) if s["first_round"] < first_round]
   segments.append(this_segment(first_round))
   files.write_json(os.path.join(run_dir, MACHINES_FILE), segments)
-  return segments
