@@ -43,6 +43,7 @@ from absl import flags
 from tff_pflego import files
 from tff_pflego.errors import UserError
 from tff_pflego.machine import this_machine
+from tff_pflego.training import run_files
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/benchmark_body_pass",
                                   "Where results go.")
@@ -98,9 +99,9 @@ def time_passes(dataset: str, examples: int, repeats: int) -> dict:
 def read_run(run_dir: str) -> dict:
   """A run's dataset, and per round its time, clients, examples and body passes."""
   try:
-    with open(os.path.join(run_dir, "config.json")) as f:
+    with open(os.path.join(run_dir, run_files.CONFIG_FILE)) as f:
       config = json.load(f)
-    path = os.path.join(run_dir, "rounds.csv")
+    path = os.path.join(run_dir, run_files.ROUNDS_FILE)
     opener = open if os.path.exists(path) else gzip.open
     path = path if os.path.exists(path) else path + ".gz"
     with opener(path, "rt") as f:

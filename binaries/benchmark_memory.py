@@ -32,6 +32,8 @@ from absl import flags
 import numpy as np
 import psutil
 
+from tff_pflego.training import run_files
+
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/benchmark_memory", "Where results go.")
 _ALGORITHMS = flags.DEFINE_list("algorithms", ["pflego", "fedavg"], "Algorithms run.")
@@ -104,7 +106,7 @@ def rounds_part(algorithm: str, rounds: int) -> dict:
                             progress=False)
   if _DATA_DIR.value:
     config.data_dir = _DATA_DIR.value
-  rounds_csv = os.path.join(output_dir, "rounds.csv")
+  rounds_csv = os.path.join(output_dir, run_files.ROUNDS_FILE)
   with MemorySampler(lambda: _rows(rounds_csv)) as sampler:
     summary = run_experiment(config)
   samples = sampler.samples

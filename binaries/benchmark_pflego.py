@@ -35,6 +35,7 @@ import numpy as np
 
 from tff_pflego import config
 from tff_pflego import settings
+from tff_pflego.training import run_files
 
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/benchmark", "Where results go.")
@@ -51,7 +52,7 @@ _SERVER = settings.define_flags(__name__, names=("server_optimizer", "server_lr"
 def accuracy_part(output_dir: str) -> dict:
   from tff_pflego.experiment import ExperimentConfig, run_experiment
   if _ACCURACY_RUN.value:
-    with open(os.path.join(_ACCURACY_RUN.value, "summary.json")) as f:
+    with open(os.path.join(_ACCURACY_RUN.value, run_files.SUMMARY_FILE)) as f:
       summary = json.load(f)
   else:
     config = ExperimentConfig(dataset="fashion_mnist", personalization="high",

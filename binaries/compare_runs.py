@@ -22,6 +22,7 @@ from absl import flags
 import numpy as np
 
 from tff_pflego.errors import UserError
+from tff_pflego.training import run_files
 
 _RUNS = flags.DEFINE_list("runs", None, "Run directories (--output_dir), or their "
                           "records (docs/runs/..., docs/ablations/...).", required=True)
@@ -43,7 +44,8 @@ PROTOCOL_LEGEND = dict(
 
 def _run_files(run_dir: str) -> dict[str, str]:
   """A run's (or its record's) metrics.csv and rounds.csv; raises UserError if missing."""
-  paths = {name: os.path.join(run_dir, name) for name in ("metrics.csv", "rounds.csv")}
+  paths = {name: os.path.join(run_dir, name)
+           for name in (run_files.METRICS_FILE, run_files.ROUNDS_FILE)}
   for path in paths.values():
     if not (os.path.exists(path) or os.path.exists(path + ".gz")):  # a run, or its record
       raise UserError(f"--runs: {run_dir} holds no run ({path} is missing)")
@@ -54,8 +56,8 @@ def run_curves(run_dir: str) -> dict[str, list[float]]:
   """The plotted columns of one run (NaN where a protocol was not evaluated)."""
   from tff_pflego.records import read_rows
   paths = _run_files(run_dir)
-  evals = read_rows(paths["metrics.csv"])
-  rounds = read_rows(paths["rounds.csv"])
+  evals = read_rows(paths[run_files.METRICS_FILE])
+  rounds = read_rows(paths[run_files.ROUNDS_FILE])
   column = lambda rows, name: [float(r.get(name, np.nan)) for r in rows]
   sampled = np.array(column(rounds, "test_accuracy_sampled_pooled"))
   trailing = [float(np.nanmean(sampled[max(0, k - WINDOW + 1):k + 1]))

@@ -37,6 +37,7 @@ import tqdm
 from tff_pflego import records
 from tff_pflego.errors import UserError
 from tff_pflego.training import ceiling
+from tff_pflego.training import run_files
 
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/crosscheck", "Where results go.")
@@ -188,11 +189,11 @@ def central_upper_bound(seed: int, data) -> dict:
 def tff_curve(run_dir: str) -> tuple[list, float]:
   """A train.py run's all-client mean accuracy per evaluation, and its final figure."""
   try:
-    with open(os.path.join(run_dir, "metrics.csv")):
+    with open(os.path.join(run_dir, run_files.METRICS_FILE)):
       pass  # read_rows takes a missing file for an empty one
-    rows = [r for r in records.read_rows(os.path.join(run_dir, "metrics.csv"))
+    rows = [r for r in records.read_rows(os.path.join(run_dir, run_files.METRICS_FILE))
             if r["round"] > 0]
-    with open(os.path.join(run_dir, "summary.json")) as f:
+    with open(os.path.join(run_dir, run_files.SUMMARY_FILE)) as f:
       final = float(json.load(f)["final"]["test_accuracy_mean"])
     return [(int(r["round"]), float(r["test_accuracy_mean"])) for r in rows], final
   except (OSError, ValueError, KeyError, TypeError) as e:

@@ -50,6 +50,7 @@ from tff_pflego import records, settings
 from tff_pflego.config import paper_table_rounds
 from tff_pflego.errors import RuntimeFailure, UserError
 from tff_pflego.training import cells
+from tff_pflego.training import run_files
 
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/reproduce", "Where the grid goes.")
@@ -213,7 +214,7 @@ def ensure_ceiling(dataset: str, degree: str, seed: int) -> None:
   if ceiling.read_ceiling(directory) is not None:
     return
   print(f"  central L(psi) ceiling: computing ({_CEILING_EPOCHS.value} epochs)", flush=True)
-  with open(os.path.join(directory, "config.json")) as f:
+  with open(os.path.join(directory, run_files.CONFIG_FILE)) as f:
     settings = json.load(f)  # the run's resolved settings: every field is there
   partition_fields = ("num_clients", "partition", "class_assignment", "dirichlet_alpha",
                       "partition_file", "raw_data_dir")
@@ -238,14 +239,14 @@ def cell_result(dataset: str, degree: str, algorithm: str, seed: int) -> dict:
   from tff_pflego.config import PAPER_ACCURACY
   from tff_pflego.training.ceiling import read_ceiling
   directory = cell_source(dataset, degree, algorithm, seed)
-  with open(os.path.join(directory, "summary.json")) as f:
+  with open(os.path.join(directory, run_files.SUMMARY_FILE)) as f:
     summary = json.load(f)
   passes = summary.get("body_passes_per_client_round", {})
-  evals = [r for r in _rows(os.path.join(directory, "metrics.csv")) if r["round"] > 0]
+  evals = [r for r in _rows(os.path.join(directory, run_files.METRICS_FILE)) if r["round"] > 0]
   own_ceiling = read_ceiling(directory) if algorithm == "pflego" else None
   return dict(dataset=dataset, degree=degree, algorithm=algorithm, seed=seed,
               **cells.run_figures(directory, WINDOW),
-              **time_to_accuracy(_rows(os.path.join(directory, "rounds.csv")), evals,
+              **time_to_accuracy(_rows(os.path.join(directory, run_files.ROUNDS_FILE)), evals,
                                  TARGET),
               body_forward=passes.get("forward"), body_backward=passes.get("backward"),
               head_features_cached=int(_head_features_cached(
@@ -440,7 +441,7 @@ def _parked_cells() -> list[str]:
   lines = ["", "## Unfinished cells (parked: the same command continues them)", ""]
   for cell in found:
     record = os.path.join(root, cell)
-    rounds = json.loads(records.parked_file(record, "config.json"))["rounds"]
+    rounds = json.loads(records.parked_file(record, run_files.CONFIG_FILE))["rounds"]
     stopped_at = cells.checkpoint_round(records.parked_files(record))
     lines.append(f"- {cell}: round {stopped_at} of {rounds}")
   return lines
@@ -515,7 +516,7 @@ def _seed_dirs(dataset: str, degree: str, algorithm: str) -> list[str]:
         found[name] = os.path.join(group, name)
   done = [found[name] for name in sorted(found)]
   def rounds(directory):
-    with open(os.path.join(directory, "summary.json")) as f:
+    with open(os.path.join(directory, run_files.SUMMARY_FILE)) as f:
       return json.load(f)["rounds"]
   longest = max((rounds(d) for d in done), default=None)
   return [d for d in done if rounds(d) == longest]
@@ -545,10 +546,10 @@ def plot(dataset: str) -> None:
   for column, degree in enumerate(degrees):
     for algorithm in _ordered(present, ALGORITHM_ORDER):
       directories = _seed_dirs(dataset, degree, algorithm)
-      runs = [_rows(os.path.join(d, "metrics.csv")) for d in directories]
+      runs = [_rows(os.path.join(d, run_files.METRICS_FILE)) for d in directories]
       if not runs:
         continue
-      with open(os.path.join(directories[0], "summary.json")) as f:
+      with open(os.path.join(directories[0], run_files.SUMMARY_FILE)) as f:
         total = json.load(f)["rounds"]
       length = min(len(r) for r in runs)
       rounds = [r["round"] for r in runs[0][:length]]
@@ -638,7 +639,7 @@ def _kept_summary(run_dir: Optional[str]) -> Optional[dict]:
     candidates.append(os.path.join(_DOCS_DIR.value, "runs",
                                    os.path.relpath(run_dir, _OUTPUT_DIR.value)))
   for directory in candidates:
-    path = os.path.join(directory, "summary.json")
+    path = os.path.join(directory, run_files.SUMMARY_FILE)
     if os.path.exists(path):
       with open(path) as f:
         return json.load(f)

@@ -30,8 +30,7 @@ import tarfile
 from typing import Iterator, Optional, Sequence
 
 from tff_pflego import files
-from tff_pflego.training import run_files
-from tff_pflego.training.run_files import METRICS_FILE, SUMMARY_FILE
+from tff_pflego.training.run_files import METRICS_FILE, PARTITION_FILE, SUMMARY_FILE
 
 ROUND = "round"  # the key column of a run's CSVs
 RECORD = "record.json"  # facts about the run its kept files do not hold
@@ -48,7 +47,7 @@ def partition_fingerprint(directory: str) -> Optional[str]:
   """The fingerprint of the partition the run or record in `directory` trained on: from
   its summary.json's data provenance if finished, else its partition.json, else (a
   record whose summary predates the fingerprint) its record.json; None if none has one."""
-  for name, key in ((SUMMARY_FILE, ("data_provenance",)), (run_files.PARTITION_FILE, ()),
+  for name, key in ((SUMMARY_FILE, ("data_provenance",)), (PARTITION_FILE, ()),
                     (RECORD, ())):
     path = os.path.join(directory, name)
     if os.path.exists(path):
