@@ -14,7 +14,8 @@ error) is parked in its record (`tff_pflego/records.py`: its logs and newest
 checkpoint) and continues from there on another machine or a fresh clone. A cell that
 fails does not stop the grid: the others run, then the invocation exits naming the
 failed cells, 2 if each failed on the user's input, else 1 (a stop signal stops it at
-once, exit 130 / 143). Several invocations over one --output_dir share the grid: a
+once, exit 130 / 143, after rewriting the tables, whose last section lists the parked
+cells with their round). Several invocations over one --output_dir share the grid: a
 cell claimed by one is skipped by the others. Writes, after every cell:
   results.csv   one row per cell: the mean and std of the last 10 evaluations; rows of
                 cells outside this invocation (other datasets, degrees, ...) are kept
@@ -40,6 +41,7 @@ from tff_pflego import cli  # pylint: disable=g-bad-import-order
 import contextlib
 import json
 import os
+import sys
 import traceback
 from typing import Optional
 
@@ -732,29 +734,32 @@ def main(argv) -> None:
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
   work = asked_cells()
   fresh, failed = [], []
-  for number, cell in enumerate(work, 1):
-    label = f"[{number}/{len(work)}] {'/'.join(map(str, cell))}"
-    claim = records.claim(cell_dir(*cell)) if has_work(cell) else contextlib.nullcontext(True)
-    with claim as mine:
-      if not mine:  # another invocation over the same --output_dir runs it
-        print(f"{label}: being run by process {records.holder(cell_dir(*cell))}, "
-              "skipped", flush=True)
-        continue
-      try:
-        result = process_cell(label, cell)
-      except Exception as e:  # pylint: disable=broad-except
-        if not failed_cell(label, e):
-          raise
-        failed.append(("/".join(map(str, cell)), e))
-        continue
-    if result is not None:
-      fresh.append(result)
-      write_tables(grid.merge(previous_results(), fresh))  # re-read: another grid may
-      plot(cell[0])                                          # share the directory
-  if not fresh:
-    write_tables(previous_results())
-  if _DOCS_DIR.value:
-    copy_to_docs(_DATASETS.value)
+  try:
+    for number, cell in enumerate(work, 1):
+      label = f"[{number}/{len(work)}] {'/'.join(map(str, cell))}"
+      claim = (records.claim(cell_dir(*cell)) if has_work(cell)
+               else contextlib.nullcontext(True))
+      with claim as mine:
+        if not mine:  # another invocation over the same --output_dir runs it
+          print(f"{label}: being run by process {records.holder(cell_dir(*cell))}, "
+                "skipped", flush=True)
+          continue
+        try:
+          result = process_cell(label, cell)
+        except Exception as e:  # pylint: disable=broad-except
+          if not failed_cell(label, e):
+            raise
+          failed.append(("/".join(map(str, cell)), e))
+          continue
+      if result is not None:
+        fresh.append(result)
+        write_tables(grid.merge(previous_results(), fresh))  # re-read: another grid may
+        plot(cell[0])                                          # share the directory
+  finally:  # also when a stop signal ends the grid: the cell it parked is listed
+    if not fresh or sys.exc_info()[0] is not None:
+      write_tables(previous_results())
+    if _DOCS_DIR.value:
+      copy_to_docs(_DATASETS.value)
   print(open(os.path.join(_OUTPUT_DIR.value, "results.md")).read())
   if failed:
     raise cells.grid_failure(failed, len(work))

@@ -111,9 +111,10 @@ def _rows_without_timing(text: str) -> list[dict]:
 
 def test_a_stopped_cell_is_parked_and_ends_on_a_fresh_clone_as_an_uninterrupted_one(
     prepared, tmp_path):
-  """SIGTERM mid-cell parks it in its record (newest checkpoint and logs) and ends the
-  grid; with the run directory gone (a fresh clone), the same command continues from the
-  parked round and its record equals that of the cell run without a stop."""
+  """SIGTERM mid-cell parks it in its record (newest checkpoint and logs), lists it in
+  the docs' results.md and ends the grid; with the run directory gone (a fresh clone),
+  the same command continues from the parked round and its record equals that of the
+  cell run without a stop."""
   def args(name):
     return ["--datasets=fashion_mnist", "--degrees=high", "--algorithms=pflego",
             "--num_clients=5", "--rounds=6", "--eval_every=1", "--checkpoint_every=1",
@@ -140,9 +141,7 @@ def test_a_stopped_cell_is_parked_and_ends_on_a_fresh_clone_as_an_uninterrupted_
   parked_at = int(re.search(r"stopped at round (\d+): parked in ", out).group(1))
   assert 2 <= parked_at < 6 and not records.finished(str(record))
   assert f"checkpoints/round_{parked_at}/saved_model.pb" in records.parked_files(str(record))
-  tables = subprocess.run(REPRODUCE + args("stopped") + ["--tables_only"], env=ENV,
-                          capture_output=True, text=True, timeout=300)
-  assert tables.returncode == 0, tables.stderr[-3000:]
+  # The stopped invocation itself lists the parked cell in the docs' tables.
   assert (f"- fashion_mnist/high/pflego/seed0_T6: round {parked_at} of 6\n" in
           (tmp_path / "stopped" / "docs" / "results.md").read_text())
 
