@@ -41,7 +41,6 @@ from tff_pflego import cli  # pylint: disable=g-bad-import-order
 import contextlib
 import json
 import os
-import sys
 import traceback
 from typing import Optional
 
@@ -756,8 +755,7 @@ def main(argv) -> None:
         write_tables(grid.merge(previous_results(), fresh))  # re-read: another grid may
         plot(cell[0])                                          # share the directory
   finally:  # also when a stop signal ends the grid: the cell it parked is listed
-    if not fresh or sys.exc_info()[0] is not None:
-      write_tables(previous_results())
+    write_tables(previous_results())
     if _DOCS_DIR.value:
       copy_to_docs(_DATASETS.value)
   print(open(os.path.join(_OUTPUT_DIR.value, "results.md")).read())
