@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 
 import pytest
 
@@ -20,12 +21,14 @@ def tff_context():
     yield worker
 
 
-@pytest.fixture(scope="session", autouse=True)
-def children_tmpdir():
-  """The binaries' temporary directory (tests/helpers.py), removed with what they left."""
-  from tests import helpers
-  yield helpers.CHILDREN_TMPDIR
-  shutil.rmtree(helpers.CHILDREN_TMPDIR, ignore_errors=True)
+def pytest_sessionfinish(session, exitstatus):
+  """Removes the binaries' temporary directory (tests/helpers.py) with what they left.
+
+  A hook, not a fixture: every process that imported the helpers made the directory,
+  including a pytest-xdist worker that ran no test (`-n 2` on one file)."""
+  helpers = sys.modules.get("tests.helpers")
+  if helpers is not None:
+    shutil.rmtree(helpers.CHILDREN_TMPDIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
