@@ -1,6 +1,7 @@
 """Checkpoints: a run killed with SIGKILL and resumed ends exactly as an uninterrupted one,
-whether it was killed after its first checkpoint or before; the same command on a
-finished run says so and changes nothing."""
+whether it was killed after its first checkpoint or before; a run stopped during an
+evaluation keeps the round it evaluated; the same command on a finished run says so and
+changes nothing."""
 
 from __future__ import annotations
 
@@ -67,15 +68,15 @@ def _kill_when(args, ready, timeout=300):
   proc.wait(60)
 
 
-def _assert_same_results(straight_dir, other_dir):
+def _assert_same_results(straight_dir, other_dir, rounds=ROUNDS):
   a = json.loads((straight_dir / "summary.json").read_text())
   b = json.loads((other_dir / "summary.json").read_text())
   assert a["final"] == b["final"]
   for name in ("metrics.csv", "rounds.csv", "clients.csv"):
     assert _rows(straight_dir / name) == _rows(other_dir / name), name
   assert [int(r["round"]) for r in _rows(other_dir / "rounds.csv")] == list(
-      range(1, ROUNDS + 1))
-  values_a, values_b = (_checkpoint_values(d, ROUNDS) for d in (straight_dir, other_dir))
+      range(1, rounds + 1))
+  values_a, values_b = (_checkpoint_values(d, rounds) for d in (straight_dir, other_dir))
   assert len(values_a) == len(values_b) > 10
   for x, y in zip(values_a, values_b):
     np.testing.assert_array_equal(x, y)
@@ -133,6 +134,47 @@ def test_run_killed_before_its_first_checkpoint_restarts_by_itself(prepared, tmp
       again.stdout)
   _assert_same_results(straight[0], killed)
   assert _machines(killed) == [(0,) + _here()]  # the first start's is gone
+
+
+def test_a_stop_during_an_evaluation_keeps_the_round_which_resuming_evaluates(
+    prepared, tmp_path, monkeypatch, capsys):
+  """A stop signal while round 2 is evaluated (raised here from the summary of its
+  table, as SIGTERM's handler raises SystemExit(143) wherever the run is) checkpoints
+  round 2, trained, not round 1; the same command evaluates round 2 before training
+  round 3, and every output equals an uninterrupted run's."""
+  from tff_pflego import experiment
+  from tff_pflego.training import driver, evaluation
+
+  def train(output_dir):
+    run, algorithm = experiment.prepare_training(
+        "fashion_mnist", "pflego", prepared, num_clients=5, clients_per_round=2,
+        local_steps=2, seed=0)
+    driver.train(algorithm, run.data, run.sampler, driver.RunConfig(
+        rounds=3, output_dir=str(output_dir), eval_every=1, checkpoint_every=0,
+        progress=False))
+
+  train(tmp_path / "straight")
+  summarize, evaluated = evaluation.summarize, []
+
+  def stopped_in_round_2(table, population):
+    evaluated.append(table)
+    if len(evaluated) == 3:  # rounds 0, 1, 2
+      raise SystemExit(143)
+    return summarize(table, population=population)
+
+  cut = tmp_path / "cut"
+  monkeypatch.setattr(evaluation, "summarize", stopped_in_round_2)
+  with pytest.raises(SystemExit):
+    train(cut)
+  monkeypatch.undo()
+  assert os.listdir(cut / "checkpoints") == ["round_2"]
+  assert [r["round"] for r in _rows(cut / "metrics.csv")] == ["0", "1"]
+  assert [r["round"] for r in _rows(cut / "rounds.csv")] == ["1", "2"]
+
+  capsys.readouterr()
+  train(cut)
+  assert "resuming at round 2 of 3: evaluating it first" in capsys.readouterr().out
+  _assert_same_results(tmp_path / "straight", cut, rounds=3)
 
 
 def test_same_command_on_a_finished_run_says_it_is_complete(prepared, straight):

@@ -35,7 +35,7 @@ import numpy as np
 import tensorflow_federated as tff
 import tqdm
 
-from tff_pflego import files, runtime
+from tff_pflego import files, records, runtime
 from tff_pflego.algorithms import composition, packed_metrics
 from tff_pflego.algorithms.api import PersonalizedAlgorithm
 from tff_pflego.data.federated import FederatedData
@@ -78,7 +78,9 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
 
   After each round its metrics are released; every `checkpoint_every` rounds, after
   the last one, and when the loop is left by an exception or a stop signal, the state
-  after the last completed round is checkpointed, so no finished round is lost.
+  after the last completed round is checkpointed, so no finished round is lost. A round
+  counts as completed when its training is done, before its evaluation: a run stopped
+  during an evaluation keeps the round, and on resuming evaluates it first.
   """
   process = _process_on_client_ids(algorithm, data)
   next_round = packed_metrics.unpacking_next(process)
@@ -94,8 +96,10 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
   initial_state = process.initialize()
   checkpoints = checkpoint_manager(algorithm, data, config.output_dir, config.fingerprint,
                                    initial_state)
-  committed, resumed = _starting_point(checkpoints, initial_state, store, sampler, config)
+  committed, resumed, first_round = _starting_point(checkpoints, initial_state, store,
+                                                    sampler, config)
   state = committed.server_state
+  first_trained = committed.round_num + 1 if resumed else 0
   # Only now, with the checkpoint accepted, does the run touch its directory.
   files.write_json(os.path.join(config.output_dir, CONFIG_FILE), config.settings)
   # The run's own copy of its partition: `--partition_file` replays it.
@@ -103,8 +107,12 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
   releaser = RunReleaser(config.output_dir, committed.round_num if resumed else None)
   saved_round = committed.round_num if resumed else None
   start = time.monotonic() - committed.elapsed_s
-  first_round = committed.round_num + 1 if resumed else 0
-  run_machines.record_start(config.output_dir, first_round)
+  run_machines.record_start(config.output_dir, first_trained)
+
+  def commit(round_num: int, server_state: Any) -> RunState:
+    return RunState(round_num, server_state, store.snapshot(), sampler.state,
+                    time.monotonic() - start)
+
   table = None
   bar = tqdm.tqdm(range(first_round, config.rounds + 1),
                   disable=not config.progress or first_round > config.rounds,
@@ -113,10 +121,11 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
   try:
     for round_num in bar:
       runtime.raise_if_stopped()
-      if round_num > 0:
+      if round_num > committed.round_num:
         state, row = _run_round(round_num, state, next_round, algorithm, data, sampler,
                                 store, evaluate_sampled)
         releaser.release_round(round_num, row | traffic)
+        committed = commit(round_num, state)
       if _evaluates(round_num, config):
         table = evaluate_clients(state, evaluated)
         runtime.raise_if_stopped()
@@ -125,9 +134,8 @@ def train(algorithm: PersonalizedAlgorithm, data: FederatedData, sampler: Client
             wall_time_s=time.monotonic() - start, **summary))
         bar.set_postfix(acc=f"{summary['test_accuracy_mean']:.4f}",
                         loss=f"{summary['train_loss']:.4f}")
-      committed = RunState(round_num, state, store.snapshot(), sampler.state,
-                           time.monotonic() - start)
-      if _checkpoints(round_num, config):
+        committed = commit(round_num, state)  # its time, and the states it initialized
+      if _checkpoints(round_num, config) and round_num != saved_round:
         checkpoints.save(committed)
         saved_round = round_num
   except BaseException:
@@ -173,23 +181,33 @@ def _client_evaluation(algorithm: PersonalizedAlgorithm, data: FederatedData,
 
 def _starting_point(checkpoints: CheckpointManager, initial_state: Any,
                     store: ClientStateStore, sampler: ClientSampler, config: RunConfig
-                    ) -> tuple[RunState, bool]:
+                    ) -> tuple[RunState, bool, int]:
   """The resume policy: the newest checkpoint when resuming and there is one (its
-  clients' states and sampler restored), else round 0. Says which in one line."""
+  clients' states and sampler restored), else round 0. Says which in one line.
+
+  Returns (the state started from, whether resumed, the first round to run): the round
+  after the checkpoint's, or the checkpoint's own when a stop cut its evaluation short
+  (a round is checkpointed before its evaluation); round 0 (its evaluation) when fresh.
+  """
   if not (config.resume and checkpoints.latest_round() is not None):
-    return RunState(0, initial_state, {}, sampler.state), False
+    return RunState(0, initial_state, {}, sampler.state), False, 0
   committed = checkpoints.load_latest()
-  if committed.round_num > config.rounds:
+  last = committed.round_num
+  if last > config.rounds:
     raise UserError(f"the checkpoint in {checkpoints.root_dir} is at round "
-                    f"{committed.round_num}, past --rounds={config.rounds}")
+                    f"{last}, past --rounds={config.rounds}")
   store.restore(committed.client_states)
   sampler.set_state(committed.sampler_state)
-  if committed.round_num == config.rounds:
+  unevaluated = _evaluation_missing(last, config)
+  if unevaluated:
+    print(f"resuming at round {last} of {config.rounds}: evaluating it first (a stop "
+          "cut its evaluation short)", flush=True)
+  elif last == config.rounds:
     print(f"run already complete ({config.rounds} rounds) in {config.output_dir}: "
           "nothing to do; --overwrite to start again", flush=True)
   else:
-    print(f"resuming from round {committed.round_num} of {config.rounds}", flush=True)
-  return committed, True
+    print(f"resuming from round {last} of {config.rounds}", flush=True)
+  return committed, True, last if unevaluated else last + 1
 
 
 def _run_round(round_num: int, state: Any, next_round: Callable,
@@ -225,6 +243,12 @@ def _run_round(round_num: int, state: Any, next_round: Callable,
 def _evaluates(round_num: int, config: RunConfig) -> bool:
   """Every `eval_every` rounds, and each of the last FINAL_WINDOW (`final`'s window)."""
   return round_num % config.eval_every == 0 or round_num > config.rounds - FINAL_WINDOW
+
+
+def _evaluation_missing(round_num: int, config: RunConfig) -> bool:
+  """Whether `round_num` is evaluated and metrics.csv has no row of it."""
+  evaluated = {int(row[records.ROUND]) for row in records.read_metrics(config.output_dir)}
+  return _evaluates(round_num, config) and round_num not in evaluated
 
 
 def _checkpoints(round_num: int, config: RunConfig) -> bool:
