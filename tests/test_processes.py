@@ -97,6 +97,33 @@ def test_preparing_data_leaves_nothing_in_the_temporary_directory(tmp_path, monk
   assert left == []
 
 
+def test_an_image_folder_builder_leaves_nothing_in_the_temporary_directory(
+    tmp_path, monkeypatch):
+  """The same for the CIFAR-10 JPEG copy's preparation (`tfds.folder_dataset.ImageFolder`,
+  a builder too): building it over a freshly unpacked folder leaves nothing behind."""
+  import tempfile
+  import zipfile
+  import numpy as np
+  import tensorflow as tf
+  from tff_pflego.data import sources
+  png = tf.io.encode_png(np.zeros((4, 4, 3), np.uint8)).numpy()
+  with zipfile.ZipFile(tmp_path / "tiny.zip", "w") as z:
+    for split in ("train", "test"):
+      for label in ("a", "b"):
+        z.writestr(f"{split}/{label}/0.png", png)
+  preparation = sources.ImageFolderPreparation("tiny.zip", "tiny", (4, 4, 3))
+  temporary = tmp_path / "tmp"
+  temporary.mkdir()
+  monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+  preparation.build(str(tmp_path / "data"), str(tmp_path), str(tmp_path / "scratch"))
+  builder = preparation.builder(str(tmp_path / "data"))
+  assert builder.info.splits["train"].num_examples == 2  # the folder was read
+  assert tempfile.gettempdir() == str(temporary)
+  left = [name for name in os.listdir(temporary)
+          if not name.startswith("__autograph_generated_file")]
+  assert left == []
+
+
 def test_a_lost_worker_is_reported_with_a_log_that_still_exists(tmp_path):
   """The message names the log only when it outlives the worker: a temporary log
   left empty is removed by `stop`, so it is not cited."""

@@ -117,7 +117,8 @@ class ImageFolderPreparation:
 
   def builder(self, tfds_dir: str) -> tfds.core.DatasetBuilder:
     import tensorflow_datasets as tfds
-    return tfds.folder_dataset.ImageFolder(self.directory(tfds_dir), shape=self.shape)
+    with files.scratch_tempdir():
+      return tfds.folder_dataset.ImageFolder(self.directory(tfds_dir), shape=self.shape)
 
 
 @dataclasses.dataclass(frozen=True)
