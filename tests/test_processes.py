@@ -80,25 +80,37 @@ def test_a_temporary_worker_log_is_removed_only_when_empty(tmp_path):
   assert os.path.getsize(chosen.log_path) == 0  # a log the caller named is the caller's
 
 
-def test_preparing_data_leaves_nothing_in_the_temporary_directory(tmp_path, monkeypatch):
+@pytest.fixture
+def private_tempdir(tmp_path, monkeypatch):
+  """Points `tempfile` at an empty directory of the test's own, so what a test leaves
+  there is what the code under test left."""
+  import tempfile
+  temporary = tmp_path / "tmp"
+  temporary.mkdir()
+  monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+  return temporary
+
+
+def _left_behind(temporary) -> list:
+  """What is in `temporary` but AutoGraph's generated files (it removes those at exit)."""
+  return [name for name in os.listdir(temporary)
+          if not name.startswith("__autograph_generated_file")]
+
+
+def test_preparing_data_leaves_nothing_in_the_temporary_directory(tmp_path, private_tempdir):
   """TFDS makes an empty `tmp*tfds` directory each time a builder is constructed for
   data not yet prepared and never removes it (110 were left by one CI run): preparing
   Fashion-MNIST and splitting it into clients, from nothing, leaves the temporary
   directory as it found it."""
   import tempfile
   from tff_pflego.data import load_federated_data
-  temporary = tmp_path / "tmp"
-  temporary.mkdir()
-  monkeypatch.setattr(tempfile, "tempdir", str(temporary))
   load_federated_data("fashion_mnist", "high", 5, seed=0, data_dir=str(tmp_path / "data"))
-  assert tempfile.gettempdir() == str(temporary)  # restored after each builder
-  left = [name for name in os.listdir(temporary)  # AutoGraph removes its own at exit
-          if not name.startswith("__autograph_generated_file")]
-  assert left == []
+  assert tempfile.gettempdir() == str(private_tempdir)  # restored after each builder
+  assert _left_behind(private_tempdir) == []
 
 
 def test_an_image_folder_builder_leaves_nothing_in_the_temporary_directory(
-    tmp_path, monkeypatch):
+    tmp_path, private_tempdir):
   """The same for the CIFAR-10 JPEG copy's preparation (`tfds.folder_dataset.ImageFolder`,
   a builder too): building it over a freshly unpacked folder leaves nothing behind."""
   import tempfile
@@ -112,16 +124,11 @@ def test_an_image_folder_builder_leaves_nothing_in_the_temporary_directory(
       for label in ("a", "b"):
         z.writestr(f"{split}/{label}/0.png", png)
   preparation = sources.ImageFolderPreparation("tiny.zip", "tiny", (4, 4, 3))
-  temporary = tmp_path / "tmp"
-  temporary.mkdir()
-  monkeypatch.setattr(tempfile, "tempdir", str(temporary))
   preparation.build(str(tmp_path / "data"), str(tmp_path), str(tmp_path / "scratch"))
   builder = preparation.builder(str(tmp_path / "data"))
   assert builder.info.splits["train"].num_examples == 2  # the folder was read
-  assert tempfile.gettempdir() == str(temporary)
-  left = [name for name in os.listdir(temporary)
-          if not name.startswith("__autograph_generated_file")]
-  assert left == []
+  assert tempfile.gettempdir() == str(private_tempdir)
+  assert _left_behind(private_tempdir) == []
 
 
 def test_a_lost_worker_is_reported_with_a_log_that_still_exists(tmp_path):
