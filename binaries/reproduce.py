@@ -433,19 +433,13 @@ def _parked_cells() -> list[str]:
   """A section listing the unfinished cells parked in records, with their round."""
   if not _DOCS_DIR.value:
     return []
-  root, found = os.path.join(_DOCS_DIR.value, "runs"), []
-  for directory, _, names in sorted(os.walk(root)):
-    if records.UNFINISHED in names and not records.finished(directory):
-      found.append(os.path.relpath(directory, root))
-  if not found:
+  root = os.path.join(_DOCS_DIR.value, "runs")
+  lines = [f"- {os.path.relpath(directory, root)}: {state}"
+           for directory, _, _ in sorted(os.walk(root))
+           if (state := cells.parked_state(directory))]
+  if not lines:
     return []
-  lines = ["", "## Unfinished cells (parked: the same command continues them)", ""]
-  for cell in found:
-    record = os.path.join(root, cell)
-    rounds = json.loads(records.parked_file(record, run_files.CONFIG_FILE))["rounds"]
-    stopped_at = cells.checkpoint_round(records.parked_files(record))
-    lines.append(f"- {cell}: round {stopped_at} of {rounds}")
-  return lines
+  return ["", "## Unfinished cells (parked: the same command continues them)", ""] + lines
 
 
 def _loss_check(results: list[dict]) -> list[str]:

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 
 import numpy as np
 import pytest
 
 from tests.helpers import ENV, REPO, claim_in_another_process
 from tff_pflego import records
+from tff_pflego.training import cells
 from tff_pflego.unified import real_data
 
 TRAIN_UNIFIED = [sys.executable, os.path.join(REPO, "binaries", "train_unified.py")]
@@ -326,7 +329,9 @@ def test_a_parked_run_unpacks_to_the_same_files_and_its_bytes_are_stable(tmp_pat
   for name, data in contents.items():
     (run / name).write_bytes(data)
   record = tmp_path / "record"
-  records.park(str(run), str(record), ("metrics.csv", "checkpoints/round_3", "absent"))
+  facts = dict(round=3, rounds=9)
+  assert records.park(str(run), str(record), ("metrics.csv", "checkpoints/round_3",
+                                              "absent"), facts)
   assert records.parked(str(record)) and not records.finished(str(record))
   kept = sorted(["metrics.csv", "checkpoints/round_3/saved_model.pb",
                  "checkpoints/round_3/variables/data"])
@@ -336,7 +341,7 @@ def test_a_parked_run_unpacks_to_the_same_files_and_its_bytes_are_stable(tmp_pat
   assert packed[4:8] == bytes(4)
   for name in contents:
     os.utime(run / name, (7, 7))
-  records.park(str(run), str(record), ("metrics.csv", "checkpoints/round_3"))
+  records.park(str(run), str(record), ("metrics.csv", "checkpoints/round_3"), facts)
   assert (record / records.UNFINISHED).read_bytes() == packed
   elsewhere = tmp_path / "fresh_clone_run"
   records.unpark(str(record), str(elsewhere))
@@ -346,6 +351,50 @@ def test_a_parked_run_unpacks_to_the_same_files_and_its_bytes_are_stable(tmp_pat
   _fake_run(str(run), value=1.0)
   records.keep(str(run), str(record))
   assert not records.parked(str(record)) and records.finished(str(record))
+
+
+def test_a_run_too_large_to_archive_is_noted_in_its_record_and_stays_in_place(tmp_path):
+  """A parked run whose gzipped archive exceeds the budget: no archive (an earlier,
+  smaller one is removed), unfinished.json holds the facts, where the run stays and the
+  archive's true gzipped size; within the budget again the archive replaces the note;
+  the finished run's record removes both."""
+  run, record = tmp_path / "run", tmp_path / "record"
+  (run / "checkpoints" / "round_1").mkdir(parents=True)
+  (run / "checkpoints" / "round_1" / "small").write_bytes(b"x")
+  paths = ("checkpoints",)
+  assert records.park(str(run), str(record), paths, dict(round=1, rounds=4))
+  state = np.random.default_rng(0).bytes(4000)  # incompressible: ~4000 bytes gzipped
+  (run / "checkpoints" / "round_2").mkdir()
+  (run / "checkpoints" / "round_2" / "weights").write_bytes(state)
+  assert not records.park(str(run), str(record), paths, dict(round=2, rounds=4),
+                          max_bytes=3000)
+  assert sorted(os.listdir(record)) == [records.PARKED_LOCALLY]
+  noted = records.parked_locally(str(record))
+  buffer = io.BytesIO()
+  with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+    for name in ("checkpoints/round_1/small", "checkpoints/round_2/weights"):
+      info = tarfile.TarInfo(name)
+      info.size, info.mode = len((run / name).read_bytes()), 0o644
+      archive.addfile(info, io.BytesIO((run / name).read_bytes()))
+  packed = io.BytesIO()
+  with gzip.GzipFile(filename="", mode="wb", fileobj=packed, mtime=0) as f:
+    f.write(buffer.getvalue())
+  assert noted == dict(round=2, rounds=4, kept_in=str(run), max_bytes=3000,
+                       archive_bytes=len(packed.getvalue()))
+  assert not records.parked(str(record)) and not records.finished(str(record))
+  assert cells.parked_state(str(record)) == (
+      f"round 2 of 4, its state (0 MiB gzipped) too large for its record: only the "
+      f"machine holding `{run}` continues it")
+  assert records.park(str(run), str(record), paths, dict(round=2, rounds=4),
+                      max_bytes=len(packed.getvalue()))
+  assert sorted(os.listdir(record)) == [records.UNFINISHED]
+  assert (record / records.UNFINISHED).read_bytes() == packed.getvalue()
+  assert not records.park(str(run), str(record), paths, dict(round=2, rounds=4),
+                          max_bytes=3000)
+  _fake_run(str(run), value=1.0)
+  records.keep(str(run), str(record))
+  assert sorted(os.listdir(record)) == ["metrics.csv.gz", "summary.json"]
+  assert cells.parked_state(str(record)) is None
 
 
 def test_claims_table_compares_the_optimizers_per_problem():

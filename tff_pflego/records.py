@@ -9,7 +9,10 @@ committed, so a fresh clone redraws every figure and table without running anyth
 An unfinished run is *parked* in its record directory (`unfinished.tar.gz`: its logs and
 newest checkpoint, byte-stable too) so a run longer than a machine's session continues
 on the next machine; its checkpoint's fingerprint decides there whether it may resume.
-The record of the finished run replaces it.
+The record of the finished run replaces it. A parked run whose archive would exceed
+`MAX_PARKED_BYTES` (a Ditto cell's personal models: ~700 MB on CIFAR-10) is not archived:
+`unfinished.json` in its record says where it stays and at which round, and only the
+machine holding that run directory continues it.
 
 A *claim* (`<run_dir>.claim`, locked with `flock` by the claiming process and holding
 its pid) marks a run as being made, so two grid invocations over one output directory
@@ -35,6 +38,8 @@ from tff_pflego.training.run_files import METRICS_FILE, PARTITION_FILE, SUMMARY_
 ROUND = "round"  # the key column of a run's CSVs
 RECORD = "record.json"  # facts about the run its kept files do not hold
 UNFINISHED = "unfinished.tar.gz"  # a parked run
+PARKED_LOCALLY = "unfinished.json"  # a parked run too large to archive in its record
+MAX_PARKED_BYTES = 50 * 2**20  # GitHub warns of a file above 50 MB, refuses one above 100
 
 
 def finished(directory: str) -> bool:
@@ -60,13 +65,19 @@ def partition_fingerprint(directory: str) -> Optional[str]:
   return None
 
 
-def _write_gzip(path: str, data: bytes) -> None:
+def _write_gzip(path: str, data: bytes, max_bytes: Optional[int] = None) -> int:
   """Writes `data` gzipped to `path` atomically, with no timestamp in the header (the
-  bytes depend on `data` alone)."""
+  bytes depend on `data` alone), unless the gzipped bytes exceed `max_bytes`: then
+  nothing is written. Returns the gzipped size."""
   with open(path + ".tmp", "wb") as raw:
     with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed:
       packed.write(data)
-  os.replace(path + ".tmp", path)
+  size = os.path.getsize(path + ".tmp")
+  if max_bytes is not None and size > max_bytes:
+    os.remove(path + ".tmp")
+  else:
+    os.replace(path + ".tmp", path)
+  return size
 
 
 def keep(run_dir: str, record_dir: str, names: Sequence[str] = (METRICS_FILE,),
@@ -91,8 +102,14 @@ def keep(run_dir: str, record_dir: str, names: Sequence[str] = (METRICS_FILE,),
     with open(source, "rb") as f:
       _write_gzip(os.path.join(record_dir, name + ".gz"), f.read())
   files.copy_file(os.path.join(run_dir, SUMMARY_FILE), os.path.join(record_dir, SUMMARY_FILE))
-  with contextlib.suppress(FileNotFoundError):
-    os.remove(os.path.join(record_dir, UNFINISHED))
+  _remove(record_dir, (UNFINISHED, PARKED_LOCALLY))
+
+
+def _remove(directory: str, names: Sequence[str]) -> None:
+  """Removes `names` from `directory` where they exist."""
+  for name in names:
+    with contextlib.suppress(FileNotFoundError):
+      os.remove(os.path.join(directory, name))
 
 
 def _walk(run_dir: str, paths: Sequence[str]) -> list[str]:
@@ -108,10 +125,13 @@ def _walk(run_dir: str, paths: Sequence[str]) -> list[str]:
   return sorted(set(found))
 
 
-def park(run_dir: str, record_dir: str, paths: Sequence[str]) -> None:
+def park(run_dir: str, record_dir: str, paths: Sequence[str], facts: dict,
+         max_bytes: int = MAX_PARKED_BYTES) -> bool:
   """Keeps the unfinished run in `run_dir` as `record_dir`/unfinished.tar.gz: the files
   under `paths` (relative to `run_dir`), with no owners or times, so the archive's
-  bytes depend only on the files' names and contents."""
+  bytes depend only on the files' names and contents. An archive above `max_bytes` is
+  not written: `record_dir`/unfinished.json holds `facts`, `run_dir` and the sizes
+  instead. Returns whether the archive was written; the other file is removed."""
   buffer = io.BytesIO()
   with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
     for name in _walk(run_dir, paths):
@@ -121,7 +141,23 @@ def park(run_dir: str, record_dir: str, paths: Sequence[str]) -> None:
       info.size, info.mode = len(data), 0o644
       archive.addfile(info, io.BytesIO(data))
   os.makedirs(record_dir, exist_ok=True)
-  _write_gzip(os.path.join(record_dir, UNFINISHED), buffer.getvalue())
+  size = _write_gzip(os.path.join(record_dir, UNFINISHED), buffer.getvalue(), max_bytes)
+  archived = size <= max_bytes
+  if not archived:
+    files.write_json(os.path.join(record_dir, PARKED_LOCALLY), dict(
+        facts, kept_in=run_dir, archive_bytes=size, max_bytes=max_bytes))
+  _remove(record_dir, (PARKED_LOCALLY,) if archived else (UNFINISHED,))
+  return archived
+
+
+def parked_locally(record_dir: str) -> Optional[dict]:
+  """What `record_dir`/unfinished.json says of a run parked too large to archive (the
+  `facts` given to `park`, `kept_in`, `archive_bytes`, `max_bytes`), or None."""
+  path = os.path.join(record_dir, PARKED_LOCALLY)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
 
 
 def parked(record_dir: Optional[str]) -> bool:

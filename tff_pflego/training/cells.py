@@ -9,7 +9,8 @@ checkpoint, up to `WORKER_RETRIES` times: a resumed run equals an uninterrupted 
 machine: a run parked in the cell's record (`tff_pflego/records.py`) further on than
 the local one is unpacked first, and a run that stops before its end (a stop signal,
 an error) is parked there (`PARKED` and its newest checkpoint), so the same command on
-a fresh clone continues it. A finished cell's record keeps `RECORDED` (`records.keep`);
+a fresh clone continues it (a state too large to archive stays in the run directory:
+`records.park`). A finished cell's record keeps `RECORDED` (`records.keep`);
 `source` is where a cell's finished run is read from (the run, else its record).
 
 `run_figures(directory)` reads a finished run's released files (metrics.csv: one row
@@ -108,10 +109,34 @@ def run_or_continue(config, record_dir: Optional[str]) -> None:
   finally:
     stopped_at = checkpoint_round(run_files(run))
     if record_dir and stopped_at >= 0 and not finished(run):
-      records.park(run, record_dir, PARKED + (os.path.join(
-          driver.CHECKPOINT_DIR, f"{checkpoints.PREFIX}{stopped_at}"),))
-      print(f"  stopped at round {stopped_at}: parked in "
-            f"{os.path.join(record_dir, records.UNFINISHED)}", flush=True)
+      with open(os.path.join(run, CONFIG_FILE)) as f:
+        facts = dict(round=stopped_at, rounds=json.load(f)["rounds"])
+      if records.park(run, record_dir, PARKED + (os.path.join(
+          driver.CHECKPOINT_DIR, f"{checkpoints.PREFIX}{stopped_at}"),), facts):
+        print(f"  stopped at round {stopped_at}: parked in "
+              f"{os.path.join(record_dir, records.UNFINISHED)}", flush=True)
+      else:
+        size = records.parked_locally(record_dir)["archive_bytes"]
+        print(f"  stopped at round {stopped_at}: its state ({size / 2**20:.0f} MiB "
+              f"gzipped) is over the {records.MAX_PARKED_BYTES / 2**20:.0f} MiB a record "
+              f"may hold, so it stays in {run} (only this machine continues it; "
+              f"{os.path.join(record_dir, records.PARKED_LOCALLY)} says so)", flush=True)
+
+
+def parked_state(record_dir: str) -> Optional[str]:
+  """Where the unfinished run parked in `record_dir` stopped ("round 4 of 50", and where
+  it stays if too large to archive), or None if none is parked there."""
+  if records.finished(record_dir):
+    return None
+  if records.parked(record_dir):
+    rounds = json.loads(records.parked_file(record_dir, CONFIG_FILE))["rounds"]
+    return f"round {checkpoint_round(records.parked_files(record_dir))} of {rounds}"
+  kept = records.parked_locally(record_dir)
+  if kept is None:
+    return None
+  return (f"round {kept['round']} of {kept['rounds']}, its state "
+          f"({kept['archive_bytes'] / 2**20:.0f} MiB gzipped) too large for its record: "
+          f"only the machine holding `{kept['kept_in']}` continues it")
 
 
 def first_line(error: BaseException) -> str:
