@@ -116,11 +116,8 @@ def run_or_continue(config, record_dir: Optional[str]) -> None:
         print(f"  stopped at round {stopped_at}: parked in "
               f"{os.path.join(record_dir, records.UNFINISHED)}", flush=True)
       else:
-        size = records.parked_locally(record_dir)["archive_bytes"]
-        print(f"  stopped at round {stopped_at}: its state ({size / 2**20:.0f} MiB "
-              f"gzipped) is over the {records.MAX_PARKED_BYTES / 2**20:.0f} MiB a record "
-              f"may hold, so it stays in {run} (only this machine continues it; "
-              f"{os.path.join(record_dir, records.PARKED_LOCALLY)} says so)", flush=True)
+        print(f"  stopped at {parked_state(record_dir)} (noted in "
+              f"{os.path.join(record_dir, records.PARKED_LOCALLY)})", flush=True)
 
 
 def parked_state(record_dir: str) -> Optional[str]:
@@ -135,8 +132,9 @@ def parked_state(record_dir: str) -> Optional[str]:
   if kept is None:
     return None
   return (f"round {kept['round']} of {kept['rounds']}, its state "
-          f"({kept['archive_bytes'] / 2**20:.0f} MiB gzipped) too large for its record: "
-          f"only the machine holding `{kept['kept_in']}` continues it")
+          f"({kept['archive_bytes'] / 2**20:.0f} MiB gzipped) too large for its record "
+          f"(at most {kept['max_bytes'] / 2**20:.0f} MiB): only the machine holding "
+          f"`{kept['kept_in']}` continues it")
 
 
 def first_line(error: BaseException) -> str:
