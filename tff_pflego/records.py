@@ -10,9 +10,9 @@ An unfinished run is *parked* in its record directory (`unfinished.tar.gz`: its 
 newest checkpoint, byte-stable too) so a run longer than a machine's session continues
 on the next machine; its checkpoint's fingerprint decides there whether it may resume.
 The record of the finished run replaces it. A parked run whose archive would exceed
-`MAX_PARKED_BYTES` (a Ditto cell's personal models: ~700 MB on CIFAR-10) is not archived:
-`unfinished.json` in its record says where it stays and at which round, and only the
-machine holding that run directory continues it.
+`MAX_PARKED_BYTES` (a Ditto cell's personal models: ~650 MB gzipped on CIFAR-10) is not
+archived: `unfinished.json` in its record says where it stays and at which round, and
+only the machine holding that run directory continues it.
 
 A *claim* (`<run_dir>.claim`, locked with `flock` by the claiming process and holding
 its pid) marks a run as being made, so two grid invocations over one output directory
