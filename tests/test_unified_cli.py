@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -386,6 +387,38 @@ def test_a_run_too_large_to_archive_is_noted_in_its_record_and_stays_in_place(tm
   records.keep(str(run), str(record))
   assert sorted(os.listdir(record)) == ["metrics.csv.gz", "summary.json"]
   assert cells.parked_state(str(record)) is None
+
+
+def test_a_run_parked_too_large_elsewhere_is_refused_not_started_over(tmp_path,
+                                                                     monkeypatch):
+  """unfinished.json notes round 2 of 4 kept on another machine: a run directory with
+  no checkpoint, or an older one, is refused (UserError naming the round and the note,
+  run_cell never called, the note kept); one holding that round continues."""
+  from tff_pflego.errors import UserError
+  record, run = tmp_path / "record", tmp_path / "run"
+  record.mkdir()
+  (record / records.PARKED_LOCALLY).write_text(json.dumps(dict(
+      round=2, rounds=4, kept_in="/elsewhere/run", archive_bytes=9, max_bytes=1)))
+  ran = []
+  monkeypatch.setattr(cells, "run_cell", lambda config: (ran.append(config),
+                                                         _fake_run(config.output_dir)))
+  config = types.SimpleNamespace(output_dir=str(run))
+  with pytest.raises(UserError) as refused:
+    cells.run_or_continue(config, str(record))
+  assert str(refused.value) == (
+      f"the run was parked at round 2 of 4 in `/elsewhere/run` (too large for its "
+      f"record) and `{run}` holds no checkpoint of it: continue it on the machine "
+      f"holding that directory, or delete {record / records.PARKED_LOCALLY} to start "
+      f"it over")
+  (run / "checkpoints" / "round_1").mkdir(parents=True)
+  (run / "checkpoints" / "round_1" / "weights").write_bytes(b"1")
+  with pytest.raises(UserError, match="holds round 1 only"):
+    cells.run_or_continue(config, str(record))
+  assert ran == [] and records.parked_locally(str(record))["round"] == 2
+  (run / "checkpoints" / "round_2").mkdir()
+  (run / "checkpoints" / "round_2" / "weights").write_bytes(b"2")
+  cells.run_or_continue(config, str(record))
+  assert ran == [config] and records.finished(str(run))
 
 
 def test_claims_table_compares_the_optimizers_per_problem():

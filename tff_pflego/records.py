@@ -12,7 +12,9 @@ on the next machine; its checkpoint's fingerprint decides there whether it may r
 The record of the finished run replaces it. A parked run whose archive would exceed
 `MAX_PARKED_BYTES` (a Ditto cell's personal models: ~650 MB gzipped on CIFAR-10) is not
 archived: `unfinished.json` in its record says where it stays and at which round, and
-only the machine holding that run directory continues it.
+only the machine holding that run directory continues it. Where a session's machine
+does not outlive the session (this project's), such a run finishes only if it fits in
+one session: the CIFAR-10 Ditto cell at T = 50 (~7.3 h on 2 cores) does not.
 
 A *claim* (`<run_dir>.claim`, locked with `flock` by the claiming process and holding
 its pid) marks a run as being made, so two grid invocations over one output directory

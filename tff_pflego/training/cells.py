@@ -9,8 +9,9 @@ checkpoint, up to `WORKER_RETRIES` times: a resumed run equals an uninterrupted 
 machine: a run parked in the cell's record (`tff_pflego/records.py`) further on than
 the local one is unpacked first, and a run that stops before its end (a stop signal,
 an error) is parked there (`PARKED` and its newest checkpoint), so the same command on
-a fresh clone continues it (a state too large to archive stays in the run directory:
-`records.park`). A finished cell's record keeps `RECORDED` (`records.keep`);
+a fresh clone continues it (a state too large to archive stays in the run directory,
+`records.park`, and a machine without it refuses the cell rather than silently start it
+over: `refuse_a_lost_parked_run`). A finished cell's record keeps `RECORDED` (`records.keep`);
 `source` is where a cell's finished run is read from (the run, else its record).
 
 `run_figures(directory)` reads a finished run's released files (metrics.csv: one row
@@ -104,6 +105,7 @@ def run_or_continue(config, record_dir: Optional[str]) -> None:
       print(f"  continuing the run parked in {record_dir} at round {parked_round}",
             flush=True)
       records.unpark(record_dir, run)
+  refuse_a_lost_parked_run(record_dir, run)
   try:
     run_cell(config)
   finally:
@@ -118,6 +120,22 @@ def run_or_continue(config, record_dir: Optional[str]) -> None:
       else:
         print(f"  stopped at {parked_state(record_dir)} (noted in "
               f"{os.path.join(record_dir, records.PARKED_LOCALLY)})", flush=True)
+
+
+def refuse_a_lost_parked_run(record_dir: Optional[str], run: str) -> None:
+  """Raises a UserError if `record_dir` notes a run parked too large to archive
+  (`records.parked_locally`) further on than the run in `run`: its state is on another
+  machine (or was lost with it), and starting over here would overwrite that note."""
+  from tff_pflego.errors import UserError
+  kept = records.parked_locally(record_dir) if record_dir else None
+  here = checkpoint_round(run_files(run))
+  if kept is not None and kept["round"] > here:
+    raise UserError(
+        f"the run was parked at round {kept['round']} of {kept['rounds']} in "
+        f"`{kept['kept_in']}` (too large for its record) and `{run}` holds "
+        + (f"round {here} only" if here >= 0 else "no checkpoint of it")
+        + ": continue it on the machine holding that directory, or delete "
+        f"{os.path.join(record_dir, records.PARKED_LOCALLY)} to start it over")
 
 
 def parked_state(record_dir: str) -> Optional[str]:
