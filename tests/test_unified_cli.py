@@ -389,6 +389,31 @@ def test_a_run_too_large_to_archive_is_noted_in_its_record_and_stays_in_place(tm
   assert cells.parked_state(str(record)) is None
 
 
+def test_an_archive_over_its_budget_never_reaches_the_disk(tmp_path):
+  """Parking a ~40 KB incompressible state under a 4000-byte budget in a process whose
+  files may not exceed 8 KiB (RLIMIT_FSIZE: a nearly full disk) notes the run with the
+  archive's true gzipped size, the size of the archive written without the cap."""
+  run, record = tmp_path / "run", tmp_path / "record"
+  (run / "checkpoints" / "round_2").mkdir(parents=True)
+  (run / "checkpoints" / "round_2" / "weights").write_bytes(
+      np.random.default_rng(1).bytes(40000))
+  script = (
+      "import resource, signal, sys\n"
+      "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+      "resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))\n"
+      "from tff_pflego import records\n"
+      "sys.exit(records.park(sys.argv[1], sys.argv[2], ('checkpoints',),\n"
+      "                      dict(round=2, rounds=4), max_bytes=4000))\n")
+  capped = subprocess.run([sys.executable, "-c", script, str(run), str(record)],
+                          env=ENV, cwd=REPO, capture_output=True, text=True)
+  assert capped.returncode == 0, capped.stderr  # park returned False: not archived
+  assert sorted(os.listdir(record)) == [records.PARKED_LOCALLY]
+  uncapped = tmp_path / "uncapped"
+  assert records.park(str(run), str(uncapped), ("checkpoints",), dict(round=2, rounds=4))
+  size = (uncapped / records.UNFINISHED).stat().st_size
+  assert size > 40000 and records.parked_locally(str(record))["archive_bytes"] == size
+
+
 def test_a_run_parked_too_large_elsewhere_is_refused_not_started_over(tmp_path,
                                                                      monkeypatch):
   """unfinished.json notes round 2 of 4 kept on another machine: a run directory with

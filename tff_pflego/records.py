@@ -67,19 +67,41 @@ def partition_fingerprint(directory: str) -> Optional[str]:
   return None
 
 
+class _CappedWriter:
+  """A file object for `gzip.GzipFile` that writes to `raw` while the bytes written
+  stay within `limit` (None: no limit) and past it only counts them, so an archive
+  over its budget costs no disk space (the disk may hold less than the archive)."""
+
+  def __init__(self, raw, limit: Optional[int]):
+    self.raw, self.limit, self.size = raw, limit, 0
+
+  def write(self, chunk) -> int:
+    self.size += len(chunk)
+    if not self.over():
+      self.raw.write(chunk)
+    return len(chunk)
+
+  def flush(self) -> None:
+    self.raw.flush()
+
+  def over(self) -> bool:
+    return self.limit is not None and self.size > self.limit
+
+
 def _write_gzip(path: str, data: bytes, max_bytes: Optional[int] = None) -> int:
   """Writes `data` gzipped to `path` atomically, with no timestamp in the header (the
   bytes depend on `data` alone), unless the gzipped bytes exceed `max_bytes`: then
-  nothing is written. Returns the gzipped size."""
+  nothing is written, and no more than `max_bytes` ever reach the disk. Returns the
+  gzipped size."""
   with open(path + ".tmp", "wb") as raw:
-    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed:
+    sink = _CappedWriter(raw, max_bytes)
+    with gzip.GzipFile(filename="", mode="wb", fileobj=sink, mtime=0) as packed:
       packed.write(data)
-  size = os.path.getsize(path + ".tmp")
-  if max_bytes is not None and size > max_bytes:
+  if sink.over():
     os.remove(path + ".tmp")
   else:
     os.replace(path + ".tmp", path)
-  return size
+  return sink.size
 
 
 def keep(run_dir: str, record_dir: str, names: Sequence[str] = (METRICS_FILE,),
