@@ -14,7 +14,7 @@ The record of the finished run replaces it. A parked run whose archive would exc
 archived: `unfinished.json` in its record says where it stays and at which round, and
 only the machine holding that run directory continues it. Where a session's machine
 does not outlive the session (this project's), such a run finishes only if it fits in
-one session: the CIFAR-10 Ditto cell at T = 50 (~7.3 h on 2 cores) does not.
+one session: the CIFAR-10 Ditto cell at T = 50 (7.3-13 h on 2 cores) does not.
 
 A *claim* (`<run_dir>.claim`, locked with `flock` by the claiming process and holding
 its pid) marks a run as being made, so two grid invocations over one output directory
