@@ -13,8 +13,9 @@ The record of the finished run replaces it. A parked run whose archive would exc
 `MAX_PARKED_BYTES` (a Ditto cell's personal models: ~650 MB gzipped on CIFAR-10) is not
 archived: `unfinished.json` in its record says where it stays and at which round, and
 only the machine holding that run directory continues it. Where a session's machine
-does not outlive the session (this project's), such a run finishes only if it fits in
-one session: the CIFAR-10 Ditto cell at T = 50 (7.3-13 h on 2 cores) does not.
+may not outlive the session (this project's: some did, some did not), such a run is
+sure to finish only if it fits in one session: the CIFAR-10 Ditto cell at T = 50
+(7.3-13 h on 2 cores) does not.
 
 A *claim* (`<run_dir>.claim`, locked with `flock` by the claiming process and holding
 its pid) marks a run as being made, so two grid invocations over one output directory
