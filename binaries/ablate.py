@@ -29,6 +29,10 @@ any cell runs); a run standing where a cell of the study does is refused. Its ro
 kept with the study's (marked `outside_study`): tables mark its entries †, the figure
 draws its point hollow.
 
+`--tables_only` runs nothing: the study's table, figure and results.csv are written
+again from its finished cells (their runs, else their records; a row names the record
+when there is one) and the rows kept before.
+
 Each cell is a train.py run (the same `run_experiment`, resumable; a finished cell is
 skipped) in <output_dir>/<study>/<dataset>_<degree>[_T<rounds>]/<algorithm>/
 <name>=<value>[,<name>=<value>]/seed<k>/. Several invocations over one --output_dir
@@ -163,6 +167,9 @@ _RECOVER_ROWS_FROM = flags.DEFINE_string(
     "recover_rows_from", None, "A study table (results.md) written before its rows were "
     "kept in a .csv beside it: read its cells (2 decimals; all clients and sampled) into "
     "the study's --docs_dir .csv, where rows already there win, redraw the table, stop.")
+_TABLES_ONLY = flags.DEFINE_bool(
+    "tables_only", False, "Run nothing: tabulate the study's finished cells (runs or "
+    "records) and the rows kept before; a cell not finished is left out.")
 _SETTINGS = settings.define_flags(__name__, names=("cache_head_features",))
 flags.mark_flag_as_required("study")
 
@@ -302,7 +309,9 @@ def cell_config(plan: Plan, algorithm: str, point: tuple, seed: int):
 
 
 def cell_row(plan: Plan, algorithm: str, point: tuple, seed: int) -> dict:
-  return figures_row(plan, algorithm, point, seed, plan.source(algorithm, point, seed))
+  row = figures_row(plan, algorithm, point, seed, plan.source(algorithm, point, seed))
+  row["run_dir"] = cells.kept_at(row["run_dir"], plan.record_dir(algorithm, point, seed))
+  return row
 
 
 def figures_row(plan: Plan, algorithm: str, point: tuple, seed: int,
@@ -749,6 +758,8 @@ def main(argv) -> None:
         f"{unkept} has no .csv of its rows beside it, so this study would replace its "
         f"table; keep them first: the same command with --recover_rows_from={unkept}")
   work = [(a, p, s) for a in plan.algorithms for p in plan.points() for s in plan.seeds]
+  if _TABLES_ONLY.value:
+    work = [cell for cell in work if plan.source(*cell) is not None]
   for cell in work:  # every cell to run checked before any runs
     if plan.source(*cell) is None:
       experiment.resolve(cells.resuming(cell_config(plan, *cell)))

@@ -255,7 +255,7 @@ def cell_result(dataset: str, degree: str, algorithm: str, seed: int) -> dict:
               paper_accuracy=PAPER_ACCURACY.get((dataset, algorithm, degree)),
               paper_rounds=paper_table_rounds(dataset),
               ceiling_mean=own_ceiling and own_ceiling["best_test_accuracy_mean"],
-              run_dir=directory)  # what the row was read from: the run, or its record
+              run_dir=cells.kept_at(directory, record_dir(dataset, degree, algorithm, seed)))
 
 
 def _head_features_cached(algorithm: str, hyperparameters: dict) -> bool:

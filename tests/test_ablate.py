@@ -161,10 +161,27 @@ def test_a_choice_is_varied_and_the_study_outlives_its_runs(prepared, tmp_path):
   assert (f"{cosine['train_loss_last']:.3g} / {cosine['train_loss_largest_rise']:.2f}x / "
           f"{cosine['train_loss_refit_final']:.3g}") in table
 
+  kept = grid.read_results(str(docs / "ablation_server_rate_fashion_mnist_high_T3.csv"),
+                           text_fields=("server_lr_schedule",))
+  assert sorted(r["run_dir"] for r in kept) == sorted(  # the records (in git), not the runs
+      os.path.join(str(docs), "ablations", "server_rate", "fashion_mnist_high_T3", "pflego",
+                   f"server_lr_schedule={s}+num_clients=5", "seed0")
+      for s in ("constant", "cosine"))
+
   shutil.rmtree(out)  # a fresh clone: the records are in git, the runs are not
   again = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=900)
   assert again.returncode == 0, again.stderr[-3000:]
   assert again.stdout.count("done, skipped") == 2 and "running" not in again.stdout
+  assert (docs / "ablation_server_rate_fashion_mnist_high_T3.md").read_text() == table
+
+  # --tables_only leaves out the cells never run (num_clients=6) instead of running them.
+  shutil.rmtree(out)
+  tables = subprocess.run(
+      [a.replace("--vary=num_clients=5", "--vary=num_clients=5,6") for a in args]
+      + ["--tables_only"], env=ENV, capture_output=True, text=True, timeout=900)
+  assert tables.returncode == 0, tables.stderr[-3000:]
+  assert tables.stdout.count("done, skipped") == 2 and "running" not in tables.stdout
+  assert not any("num_clients=6" in path for path, _, _ in os.walk(tmp_path))
   assert (docs / "ablation_server_rate_fashion_mnist_high_T3.md").read_text() == table
 
 

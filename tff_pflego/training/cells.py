@@ -13,6 +13,7 @@ a fresh clone continues it (a state too large to archive stays in the run direct
 `records.park`, and a machine without it refuses the cell rather than silently start it
 over: `refuse_a_lost_parked_run`). A finished cell's record keeps `RECORDED` (`records.keep`);
 `source` is where a cell's finished run is read from (the run, else its record).
+`kept_at` is where its results row says it is kept (the record, else the run).
 
 `run_figures(directory)` reads a finished run's released files (metrics.csv: one row
 per all-client evaluation; rounds.csv: one row per round; summary.json) and returns its
@@ -177,6 +178,13 @@ def source(run_dir: str, record_dir: Optional[str]) -> Optional[str]:
     if directory and finished(directory):
       return directory
   return None
+
+
+def kept_at(run_dir: str, record_dir: Optional[str]) -> str:
+  """Where a results row says its finished cell is kept: the record when there is one
+  (it holds the run's table files and travels with the docs), else the run, so a
+  committed table never names a directory only one machine had."""
+  return record_dir if record_dir and finished(record_dir) else run_dir
 
 
 def run_figures(directory: str, window: int = WINDOW) -> dict:
