@@ -285,4 +285,3 @@ def test_a_kept_rows_cached_features_label_follows_its_run_not_the_row(tmp_path)
   labelled = re.findall(r"^\| cifar10/high/(\w+)/seed0 \(T=50\) .*\(head features cached\)",
                         (out / "results.md").read_text(), re.MULTILINE)
   assert sorted(labelled) == ["fedbabu", "fedrep"]
-
